@@ -1,0 +1,102 @@
+// The RoCE v2 transport engine: RC requester, responder and completer, UC and UD, as one
+// pure state machine (docs/TRANSPORT.md). Events in: a received transport packet with its
+// source, a posted work request, time passing. Actions out, through the ports (ports.h):
+// packets to send, memory reads and writes, completions, async events. Time is always an
+// argument; next_deadline() says when advance() must next be called. No sockets, no clocks,
+// no threads: the caller serialises all calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+
+#include "rocev2/engine/ports.h"
+#include "rocev2/engine/work.h"
+#include "rocev2/packet.h"
+#include "stack/addresses.h"
+#include "stack/time.h"
+
+namespace rrdma::rocev2 {
+
+struct QpInit {
+  QpType type = QpType::Rc;
+  std::uint32_t pd = 0;
+  std::optional<Qpn> qpn;            // the verbs layer may choose; otherwise the engine does
+  std::uint32_t max_send_wr = 1024;
+  std::uint32_t max_recv_wr = 1024;
+  bool sq_sig_all = false;           // every send WQE completes, signaled or not
+  ReceiveQueue* srq = nullptr;       // if set, receives come from it (not owned; not flushed)
+};
+
+// Where a received packet came from. `ipv4_header` (the 20+ header bytes of the IPv4
+// packet) is needed for UD only: rxe puts it in the GRH area of the receive buffer.
+struct PacketSource {
+  stack::Ipv4Address ip{};
+  std::uint16_t udp_source_port = 0;
+  std::span<const std::uint8_t> ipv4_header;
+};
+
+enum class VerbResult : std::uint8_t {
+  Ok,
+  NoSuchQp,
+  InvalidState,      // wrong QP state for the call or the requested transition
+  InvalidArgument,   // bad attribute value, opcode not valid for the QP type, ...
+  QueueFull,
+};
+
+// Per-engine counters; every dropped packet is counted under one reason.
+struct EngineCounters {
+  std::uint64_t packets_received = 0;
+  std::uint64_t packets_sent = 0;
+  std::uint64_t unknown_qpn = 0;
+  std::uint64_t bad_opcode = 0;        // invalid, or not valid for the QP's type
+  std::uint64_t bad_header = 0;        // a header the opcode needs is missing, lengths lie
+  std::uint64_t wrong_state = 0;       // the QP cannot receive in its state
+  std::uint64_t cnp_received = 0;      // counted and ignored: no congestion control yet
+  std::uint64_t duplicate_requests = 0;
+  std::uint64_t out_of_sequence = 0;
+  std::uint64_t naks_sent = 0;
+  std::uint64_t rnr_naks_sent = 0;
+  std::uint64_t naks_received = 0;
+  std::uint64_t rnr_naks_received = 0;
+  std::uint64_t retransmits = 0;
+  std::uint64_t timeouts = 0;
+  std::uint64_t ghost_responses = 0;   // responses / ACKs for nothing outstanding
+  std::uint64_t qkey_mismatch = 0;
+  std::uint64_t uc_messages_dropped = 0;
+};
+
+class Engine {
+ public:
+  Engine(EngineHost& host, MrTable& mrs, Dma& dma, EngineObserver* observer = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  std::optional<Qpn> create_qp(const QpInit& init);
+  VerbResult destroy_qp(Qpn qpn);
+  // The engine's part of ibv_modify_qp: the state transition (IBA 10.3.1) and the attributes
+  // in `mask` (qp_attr::). Moving to ERR flushes outstanding work with WR_FLUSH_ERR.
+  VerbResult modify_qp(Qpn qpn, const QpAttr& attr, std::uint32_t mask, Instant now);
+  std::optional<QpAttr> query_qp(Qpn qpn) const;
+
+  VerbResult post_send(Qpn qpn, SendWr wr, Instant now);
+  VerbResult post_recv(Qpn qpn, RecvWr wr);
+
+  // A packet the wire layer parsed and verified (ICRC), addressed to this engine.
+  void receive(const TransportPacket& packet, const PacketSource& from, Instant now);
+  // Runs the timers due at `now` (retransmission, RNR waits).
+  void advance(Instant now);
+  // The earliest instant at which advance() has work, if any.
+  std::optional<Instant> next_deadline() const;
+
+  const EngineCounters& counters() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rrdma::rocev2
