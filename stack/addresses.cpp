@@ -1,5 +1,7 @@
 #include "stack/addresses.h"
 
+#include <algorithm>
+#include <cassert>
 #include <charconv>
 #include <cstdio>
 
@@ -17,6 +19,18 @@ std::optional<T> parse_number(std::string_view text, int base) {
 }
 
 }  // namespace
+
+MacAddress load_mac(ByteSpan bytes, std::size_t at) {
+  assert(at + 6 <= bytes.size());
+  MacAddress mac;
+  std::copy_n(bytes.begin() + static_cast<std::ptrdiff_t>(at), mac.bytes.size(), mac.bytes.begin());
+  return mac;
+}
+
+void store_mac(MutableByteSpan bytes, std::size_t at, const MacAddress& mac) {
+  assert(at + 6 <= bytes.size());
+  std::copy(mac.bytes.begin(), mac.bytes.end(), bytes.begin() + static_cast<std::ptrdiff_t>(at));
+}
 
 std::optional<MacAddress> MacAddress::parse(std::string_view text) {
   // Exactly six two-digit hex groups separated by ':' (17 characters).

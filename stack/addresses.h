@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "stack/bytes.h"
+
 namespace rrdma::stack {
 
 struct MacAddress {
@@ -34,5 +36,9 @@ struct Ipv4Cidr {
   static std::optional<Ipv4Cidr> parse(std::string_view text);
   bool contains(Ipv4Address a) const;
 };
+
+// A MAC address at byte offset `at` of a wire buffer the caller has length-checked.
+MacAddress load_mac(ByteSpan bytes, std::size_t at);
+void store_mac(MutableByteSpan bytes, std::size_t at, const MacAddress& mac);
 
 }  // namespace rrdma::stack

@@ -24,6 +24,9 @@ enum class EtherType : std::uint16_t {
 class EthernetView {
  public:
   static constexpr std::size_t header_length = 14;
+  static constexpr std::size_t destination_at = 0;
+  static constexpr std::size_t source_at = 6;
+  static constexpr std::size_t ethertype_at = 12;
 
   // nullopt if the buffer cannot hold the 14-byte header.
   static std::optional<EthernetView> check(ByteSpan frame);
@@ -36,10 +39,6 @@ class EthernetView {
   ByteSpan bytes() const { return bytes_; }
 
  private:
-  static constexpr std::size_t destination_at = 0;
-  static constexpr std::size_t source_at = 6;
-  static constexpr std::size_t ethertype_at = 12;
-
   explicit EthernetView(ByteSpan frame) : bytes_(frame) {}
   ByteSpan bytes_;
 };
