@@ -66,4 +66,9 @@ struct Ieth {                     // Invalidate Extended Transport Header, 4 byt
   bool operator==(const Ieth&) const = default;
 };
 
+struct Feth {                     // FLUSH Extended Transport Header (IBA 1.5), 4 bytes, kept whole
+  std::uint32_t bits = 0;         // selectivity level and placement type, not interpreted here
+  bool operator==(const Feth&) const = default;
+};
+
 }  // namespace rrdma::rocev2

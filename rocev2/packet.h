@@ -20,6 +20,7 @@ struct TransportPacket {
   std::optional<ImmDt> imm;
   std::optional<Ieth> ieth;
   std::span<const std::uint8_t> payload;  // borrowed; valid while the frame is
+  std::optional<Feth> feth;               // FLUSH only (IBA 1.5); between the BTH and the RETH
 };
 
 }  // namespace rrdma::rocev2

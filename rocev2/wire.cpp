@@ -1,0 +1,264 @@
+#include "rocev2/wire.h"
+
+#include <algorithm>
+
+namespace rrdma::rocev2 {
+
+namespace {
+
+// One checked constructor for every view: the view covers exactly View::kLength bytes.
+template <typename View>
+std::optional<View> checked(ByteSpan bytes, View (*make)(ByteSpan)) {
+  if (bytes.size() < View::kLength) return std::nullopt;
+  return make(bytes.first(View::kLength));
+}
+
+constexpr std::uint8_t bit(bool b, unsigned shift) { return static_cast<std::uint8_t>(b ? 1u << shift : 0u); }
+
+}  // namespace
+
+// A lambda inside a member function may call the private constructor.
+std::optional<BthView> BthView::check(ByteSpan b) {
+  return checked<BthView>(b, [](ByteSpan s) { return BthView(s); });
+}
+std::optional<RethView> RethView::check(ByteSpan b) {
+  return checked<RethView>(b, [](ByteSpan s) { return RethView(s); });
+}
+std::optional<AethView> AethView::check(ByteSpan b) {
+  return checked<AethView>(b, [](ByteSpan s) { return AethView(s); });
+}
+std::optional<AtomicEthView> AtomicEthView::check(ByteSpan b) {
+  return checked<AtomicEthView>(b, [](ByteSpan s) { return AtomicEthView(s); });
+}
+std::optional<AtomicAckEthView> AtomicAckEthView::check(ByteSpan b) {
+  return checked<AtomicAckEthView>(b, [](ByteSpan s) { return AtomicAckEthView(s); });
+}
+std::optional<DethView> DethView::check(ByteSpan b) {
+  return checked<DethView>(b, [](ByteSpan s) { return DethView(s); });
+}
+std::optional<ImmDtView> ImmDtView::check(ByteSpan b) {
+  return checked<ImmDtView>(b, [](ByteSpan s) { return ImmDtView(s); });
+}
+std::optional<IethView> IethView::check(ByteSpan b) {
+  return checked<IethView>(b, [](ByteSpan s) { return IethView(s); });
+}
+std::optional<FethView> FethView::check(ByteSpan b) {
+  return checked<FethView>(b, [](ByteSpan s) { return FethView(s); });
+}
+
+Bth parse(const BthView& v) {
+  return Bth{.opcode = v.opcode(),
+             .solicited = v.solicited(),
+             .mig_req = v.mig_req(),
+             .pad_count = v.pad_count(),
+             .transport_version = v.transport_version(),
+             .pkey = v.pkey(),
+             .fecn = v.fecn(),
+             .becn = v.becn(),
+             .dest_qp = v.dest_qp(),
+             .ack_req = v.ack_req(),
+             .psn = v.psn()};
+}
+Reth parse(const RethView& v) { return {v.virtual_address(), v.rkey(), v.dma_length()}; }
+Aeth parse(const AethView& v) { return {v.syndrome(), v.msn()}; }
+AtomicEth parse(const AtomicEthView& v) { return {v.virtual_address(), v.rkey(), v.swap_add(), v.compare()}; }
+AtomicAckEth parse(const AtomicAckEthView& v) { return {v.original_data()}; }
+Deth parse(const DethView& v) { return {v.qkey(), v.src_qp()}; }
+ImmDt parse(const ImmDtView& v) { return {v.value()}; }
+Ieth parse(const IethView& v) { return {v.rkey()}; }
+Feth parse(const FethView& v) { return {v.bits()}; }
+
+void emit(const Bth& h, MutableByteSpan out) {
+  out[0] = static_cast<std::uint8_t>(h.opcode);
+  out[1] = static_cast<std::uint8_t>(bit(h.solicited, 7) | bit(h.mig_req, 6) | ((h.pad_count & 0x3) << 4) |
+                                     (h.transport_version & 0x0F));
+  store_be16(out, 2, h.pkey.value());
+  out[4] = static_cast<std::uint8_t>(bit(h.fecn, 7) | bit(h.becn, 6));
+  store_be24(out, 5, h.dest_qp.value());
+  out[8] = bit(h.ack_req, 7);
+  store_be24(out, 9, h.psn.value());
+}
+void emit(const Reth& h, MutableByteSpan out) {
+  store_be64(out, 0, h.virtual_address);
+  store_be32(out, 8, h.rkey.value());
+  store_be32(out, 12, h.dma_length);
+}
+void emit(const Aeth& h, MutableByteSpan out) {
+  out[0] = h.syndrome;
+  store_be24(out, 1, h.msn.value());
+}
+void emit(const AtomicEth& h, MutableByteSpan out) {
+  store_be64(out, 0, h.virtual_address);
+  store_be32(out, 8, h.rkey.value());
+  store_be64(out, 12, h.swap_add);
+  store_be64(out, 20, h.compare);
+}
+void emit(const AtomicAckEth& h, MutableByteSpan out) { store_be64(out, 0, h.original_data); }
+void emit(const Deth& h, MutableByteSpan out) {
+  store_be32(out, 0, h.qkey.value());
+  out[4] = 0;
+  store_be24(out, 5, h.src_qp.value());
+}
+void emit(const ImmDt& h, MutableByteSpan out) { store_be32(out, 0, h.value); }
+void emit(const Ieth& h, MutableByteSpan out) { store_be32(out, 0, h.rkey.value()); }
+void emit(const Feth& h, MutableByteSpan out) { store_be32(out, 0, h.bits); }
+
+std::string_view to_string(TransportError e) {
+  switch (e) {
+    case TransportError::none: return "none";
+    case TransportError::truncated: return "truncated";
+    case TransportError::unknown_opcode: return "unknown opcode";
+    case TransportError::bad_transport_version: return "bad transport version";
+    case TransportError::misaligned: return "misaligned";
+    case TransportError::bad_pad_count: return "bad pad count";
+    case TransportError::unexpected_payload: return "unexpected payload";
+  }
+  return "?";
+}
+
+std::string_view to_string(EmitError e) {
+  switch (e) {
+    case EmitError::none: return "none";
+    case EmitError::unknown_opcode: return "unknown opcode";
+    case EmitError::missing_header: return "missing header";
+    case EmitError::unexpected_header: return "unexpected header";
+    case EmitError::unexpected_payload: return "unexpected payload";
+    case EmitError::bad_pad_count: return "bad pad count";
+    case EmitError::buffer_too_small: return "buffer too small";
+  }
+  return "?";
+}
+
+namespace {
+
+// Reads the extension headers the opcode announces, in the order IBA 9.2 puts them
+// (DETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH; the same order
+// opcode.h sums their lengths in). The caller has checked that they all fit.
+class HeaderReader {
+ public:
+  HeaderReader(ByteSpan headers, OpcodeFlags flags) : rest_(headers), flags_(flags) {}
+
+  template <typename View, typename Value>
+  void take(OpcodeFlags::Bit present, std::optional<Value>& slot) {
+    if (!flags_.has(present)) return;
+    slot = parse(*View::check(rest_));
+    rest_ = rest_.subspan(View::kLength);
+  }
+
+ private:
+  ByteSpan rest_;
+  OpcodeFlags flags_;
+};
+
+void read_extension_headers(ByteSpan headers, OpcodeFlags flags, TransportPacket& p) {
+  using F = OpcodeFlags;
+  HeaderReader r(headers, flags);
+  r.take<DethView>(F::kDeth, p.deth);
+  r.take<FethView>(F::kFeth, p.feth);
+  r.take<RethView>(F::kReth, p.reth);
+  r.take<AtomicEthView>(F::kAtomicEth, p.atomic_eth);
+  r.take<AethView>(F::kAeth, p.aeth);
+  r.take<AtomicAckEthView>(F::kAtomicAckEth, p.atomic_ack_eth);
+  r.take<ImmDtView>(F::kImm, p.imm);
+  r.take<IethView>(F::kIeth, p.ieth);
+}
+
+}  // namespace
+
+TransportError parse_transport(ByteSpan udp_payload, TransportPacket& out) {
+  const auto bth_view = BthView::check(udp_payload);
+  if (!bth_view || udp_payload.size() < kBthLength + kIcrcLength) return TransportError::truncated;
+  const OpcodeInfo info = opcode_info(bth_view->opcode());
+  if (!info.flags.has(OpcodeFlags::kValid)) return TransportError::unknown_opcode;
+  if (udp_payload.size() < info.header_length + kIcrcLength) return TransportError::truncated;
+  if (bth_view->transport_version() != 0) return TransportError::bad_transport_version;
+  if (udp_payload.size() % 4 != 0) return TransportError::misaligned;
+
+  const std::size_t padded = udp_payload.size() - kIcrcLength - info.header_length;
+  const std::uint8_t pad = bth_view->pad_count();
+  if (pad > padded) return TransportError::bad_pad_count;
+  if (padded != 0 && !info.flags.has(OpcodeFlags::kPayload)) return TransportError::unexpected_payload;
+
+  out = TransportPacket{};
+  out.bth = parse(*bth_view);
+  read_extension_headers(udp_payload.subspan(kBthLength, info.header_length - kBthLength), info.flags, out);
+  out.payload = udp_payload.subspan(info.header_length, padded - pad);
+  return TransportError::none;
+}
+
+std::optional<TransportPacket> parse_transport(ByteSpan udp_payload) {
+  TransportPacket p;
+  if (parse_transport(udp_payload, p) != TransportError::none) return std::nullopt;
+  return p;
+}
+
+std::size_t header_length(const TransportPacket& p) {
+  const OpcodeInfo info = opcode_info(p.bth.opcode);
+  return info.flags.has(OpcodeFlags::kValid) ? info.header_length : 0;
+}
+
+std::size_t transport_length(const TransportPacket& p) {
+  return header_length(p) + p.payload.size() + pad_count_for(p.payload.size()) + kIcrcLength;
+}
+
+namespace {
+
+class HeaderWriter {
+ public:
+  HeaderWriter(MutableByteSpan out, OpcodeFlags flags) : rest_(out), flags_(flags) {}
+
+  // Checks that the packet has exactly the headers its opcode carries, writing them in order.
+  template <typename Value>
+  void put(OpcodeFlags::Bit present, const std::optional<Value>& slot, std::size_t length) {
+    if (error_ != EmitError::none) return;
+    if (flags_.has(present) != slot.has_value()) {
+      error_ = slot ? EmitError::unexpected_header : EmitError::missing_header;
+      return;
+    }
+    if (!slot) return;
+    emit(*slot, rest_);
+    rest_ = rest_.subspan(length);
+  }
+  EmitError error() const { return error_; }
+
+ private:
+  MutableByteSpan rest_;
+  OpcodeFlags flags_;
+  EmitError error_ = EmitError::none;
+};
+
+}  // namespace
+
+EmitError emit_transport_headers(const TransportPacket& p, MutableByteSpan out) {
+  using F = OpcodeFlags;
+  const OpcodeInfo info = opcode_info(p.bth.opcode);
+  if (!info.flags.has(F::kValid)) return EmitError::unknown_opcode;
+  if (!p.payload.empty() && !info.flags.has(F::kPayload)) return EmitError::unexpected_payload;
+  if (p.bth.pad_count != pad_count_for(p.payload.size())) return EmitError::bad_pad_count;
+  if (out.size() < info.header_length) return EmitError::buffer_too_small;
+
+  emit(p.bth, out);
+  HeaderWriter w(out.subspan(kBthLength, info.header_length - kBthLength), info.flags);
+  w.put(F::kDeth, p.deth, kDethLength);
+  w.put(F::kFeth, p.feth, kFethLength);
+  w.put(F::kReth, p.reth, kRethLength);
+  w.put(F::kAtomicEth, p.atomic_eth, kAtomicEthLength);
+  w.put(F::kAeth, p.aeth, kAethLength);
+  w.put(F::kAtomicAckEth, p.atomic_ack_eth, kAtomicAckEthLength);
+  w.put(F::kImm, p.imm, kImmLength);
+  w.put(F::kIeth, p.ieth, kIethLength);
+  return w.error();
+}
+
+EmitError emit_transport(const TransportPacket& p, MutableByteSpan out) {
+  const std::size_t length = transport_length(p) - kIcrcLength;
+  if (header_length(p) != 0 && out.size() < length) return EmitError::buffer_too_small;
+  const EmitError e = emit_transport_headers(p, out);
+  if (e != EmitError::none) return e;
+  auto body = out.subspan(header_length(p), length - header_length(p));
+  std::copy(p.payload.begin(), p.payload.end(), body.begin());
+  std::fill(body.begin() + static_cast<std::ptrdiff_t>(p.payload.size()), body.end(), std::uint8_t{0});
+  return EmitError::none;
+}
+
+}  // namespace rrdma::rocev2

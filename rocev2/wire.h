@@ -1,0 +1,238 @@
+// The IB transport headers carried by RoCE v2, on the wire (IBA 9.2 and 9.3; layout in
+// PROTOCOL.md and docs/WIRE.md). For each header: a checked view over received bytes
+// (after check() succeeds no accessor can read outside the header), and parse/emit between
+// the view and the value struct of headers.h. parse_transport() takes a whole UDP payload
+// (BTH .. ICRC) apart, driven by the opcode table; emit_transport_headers() writes the
+// headers of a TransportPacket so that a caller can gather the payload straight from
+// memory behind them. The ICRC itself is computed and checked in icrc.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "rocev2/headers.h"
+#include "rocev2/opcode.h"
+#include "rocev2/packet.h"
+#include "stack/bytes.h"
+
+namespace rrdma::rocev2 {
+
+// Base Transport Header (IBA 9.2), 12 bytes.
+class BthView {
+ public:
+  static constexpr std::size_t kLength = kBthLength;
+  // nullopt if `bytes` is too short; the view covers exactly kLength bytes.
+  static std::optional<BthView> check(ByteSpan bytes);
+
+  Opcode opcode() const { return Opcode{b_[kOpcodeAt]}; }
+  bool solicited() const { return (b_[kFlagsAt] & 0x80) != 0; }
+  bool mig_req() const { return (b_[kFlagsAt] & 0x40) != 0; }
+  std::uint8_t pad_count() const { return (b_[kFlagsAt] >> 4) & 0x3; }
+  std::uint8_t transport_version() const { return b_[kFlagsAt] & 0x0F; }
+  Pkey pkey() const { return Pkey{load_be16(b_, kPkeyAt)}; }
+  bool fecn() const { return (b_[kEcnAt] & 0x80) != 0; }
+  bool becn() const { return (b_[kEcnAt] & 0x40) != 0; }
+  Qpn dest_qp() const { return Qpn{load_be24(b_, kDestQpAt)}; }
+  bool ack_req() const { return (b_[kAckReqAt] & 0x80) != 0; }
+  Psn psn() const { return Psn{load_be24(b_, kPsnAt)}; }
+  ByteSpan bytes() const { return b_; }
+
+  // Byte 4 holds FECN, BECN and 6 reserved bits: the ICRC masks it (IBA A17.3.3).
+  static constexpr std::size_t kEcnAt = 4;
+
+ private:
+  static constexpr std::size_t kOpcodeAt = 0;
+  static constexpr std::size_t kFlagsAt = 1;  // SE, M, PadCnt, TVer
+  static constexpr std::size_t kPkeyAt = 2;
+  static constexpr std::size_t kDestQpAt = 5;  // byte 4 is FECN/BECN/reserved
+  static constexpr std::size_t kAckReqAt = 8;  // A, then 7 reserved bits
+  static constexpr std::size_t kPsnAt = 9;
+
+  explicit BthView(ByteSpan b) : b_(b) {}
+  ByteSpan b_;
+};
+
+// RDMA Extended Transport Header (IBA 9.3.3), 16 bytes.
+class RethView {
+ public:
+  static constexpr std::size_t kLength = kRethLength;
+  static std::optional<RethView> check(ByteSpan bytes);
+  std::uint64_t virtual_address() const { return load_be64(b_, 0); }
+  Rkey rkey() const { return Rkey{load_be32(b_, 8)}; }
+  std::uint32_t dma_length() const { return load_be32(b_, 12); }
+  ByteSpan bytes() const { return b_; }
+
+ private:
+  explicit RethView(ByteSpan b) : b_(b) {}
+  ByteSpan b_;
+};
+
+// ACK Extended Transport Header (IBA 9.3.5), 4 bytes.
+class AethView {
+ public:
+  static constexpr std::size_t kLength = kAethLength;
+  static std::optional<AethView> check(ByteSpan bytes);
+  std::uint8_t syndrome() const { return b_[0]; }
+  Msn msn() const { return Msn{load_be24(b_, 1)}; }
+  ByteSpan bytes() const { return b_; }
+
+ private:
+  explicit AethView(ByteSpan b) : b_(b) {}
+  ByteSpan b_;
+};
+
+// Atomic Extended Transport Header (IBA 9.3.4), 28 bytes.
+class AtomicEthView {
+ public:
+  static constexpr std::size_t kLength = kAtomicEthLength;
+  static std::optional<AtomicEthView> check(ByteSpan bytes);
+  std::uint64_t virtual_address() const { return load_be64(b_, 0); }
+  Rkey rkey() const { return Rkey{load_be32(b_, 8)}; }
+  std::uint64_t swap_add() const { return load_be64(b_, 12); }
+  std::uint64_t compare() const { return load_be64(b_, 20); }
+  ByteSpan bytes() const { return b_; }
+
+ private:
+  explicit AtomicEthView(ByteSpan b) : b_(b) {}
+  ByteSpan b_;
+};
+
+// Atomic ACK Extended Transport Header (IBA 9.3.6), 8 bytes.
+class AtomicAckEthView {
+ public:
+  static constexpr std::size_t kLength = kAtomicAckEthLength;
+  static std::optional<AtomicAckEthView> check(ByteSpan bytes);
+  std::uint64_t original_data() const { return load_be64(b_, 0); }
+  ByteSpan bytes() const { return b_; }
+
+ private:
+  explicit AtomicAckEthView(ByteSpan b) : b_(b) {}
+  ByteSpan b_;
+};
+
+// Datagram Extended Transport Header (IBA 9.3.2), 8 bytes: Q_Key, 1 reserved byte, source QP.
+class DethView {
+ public:
+  static constexpr std::size_t kLength = kDethLength;
+  static std::optional<DethView> check(ByteSpan bytes);
+  Qkey qkey() const { return Qkey{load_be32(b_, 0)}; }
+  Qpn src_qp() const { return Qpn{load_be24(b_, 5)}; }
+  ByteSpan bytes() const { return b_; }
+
+ private:
+  explicit DethView(ByteSpan b) : b_(b) {}
+  ByteSpan b_;
+};
+
+// Immediate data (IBA 9.3.7), 4 bytes. The value is the big-endian reading of the four
+// bytes, as Wireshark shows it; ibv_wc.imm_data (a __be32) is its htobe32().
+class ImmDtView {
+ public:
+  static constexpr std::size_t kLength = kImmLength;
+  static std::optional<ImmDtView> check(ByteSpan bytes);
+  std::uint32_t value() const { return load_be32(b_, 0); }
+  ByteSpan bytes() const { return b_; }
+
+ private:
+  explicit ImmDtView(ByteSpan b) : b_(b) {}
+  ByteSpan b_;
+};
+
+// Invalidate Extended Transport Header (IBA 9.3.8), 4 bytes: the R_Key to invalidate.
+class IethView {
+ public:
+  static constexpr std::size_t kLength = kIethLength;
+  static std::optional<IethView> check(ByteSpan bytes);
+  Rkey rkey() const { return Rkey{load_be32(b_, 0)}; }
+  ByteSpan bytes() const { return b_; }
+
+ private:
+  explicit IethView(ByteSpan b) : b_(b) {}
+  ByteSpan b_;
+};
+
+// FLUSH Extended Transport Header (IBA 1.5 FLUSH annex), 4 bytes, kept whole.
+class FethView {
+ public:
+  static constexpr std::size_t kLength = kFethLength;
+  static std::optional<FethView> check(ByteSpan bytes);
+  std::uint32_t bits() const { return load_be32(b_, 0); }
+  ByteSpan bytes() const { return b_; }
+
+ private:
+  explicit FethView(ByteSpan b) : b_(b) {}
+  ByteSpan b_;
+};
+
+// View -> value. Reserved bits are ignored on receive and written as zero on emit.
+Bth parse(const BthView& v);
+Reth parse(const RethView& v);
+Aeth parse(const AethView& v);
+AtomicEth parse(const AtomicEthView& v);
+AtomicAckEth parse(const AtomicAckEthView& v);
+Deth parse(const DethView& v);
+ImmDt parse(const ImmDtView& v);
+Ieth parse(const IethView& v);
+Feth parse(const FethView& v);
+
+// Value -> bytes, at the start of `out`, which must hold the header (k*Length in opcode.h).
+void emit(const Bth& h, MutableByteSpan out);
+void emit(const Reth& h, MutableByteSpan out);
+void emit(const Aeth& h, MutableByteSpan out);
+void emit(const AtomicEth& h, MutableByteSpan out);
+void emit(const AtomicAckEth& h, MutableByteSpan out);
+void emit(const Deth& h, MutableByteSpan out);
+void emit(const ImmDt& h, MutableByteSpan out);
+void emit(const Ieth& h, MutableByteSpan out);
+void emit(const Feth& h, MutableByteSpan out);
+
+// Why a UDP payload is not a well-formed IB transport packet, in the order checked.
+enum class TransportError : std::uint8_t {
+  none,
+  truncated,              // shorter than the BTH, its extension headers, pad and ICRC
+  unknown_opcode,         // not in the opcode table (reserved, RD, or vendor-specific)
+  bad_transport_version,  // TVer != 0 (IBA 9.6 header checks drop other versions)
+  misaligned,             // transport packet not a multiple of 4 bytes (IBA 9.2: PadCnt aligns it)
+  bad_pad_count,          // more pad bytes than payload bytes
+  unexpected_payload,     // payload on an opcode that carries none (ACK, READ request, atomic)
+};
+std::string_view to_string(TransportError e);
+
+// Takes apart one UDP payload: BTH, the extension headers its opcode carries, the payload
+// (pad excluded) and the 4-byte ICRC at the end, which is NOT verified here (it needs the
+// IP header: see icrc.h / encap.h). On success `out` is filled; its payload borrows from
+// `udp_payload`. On failure `out` is left in an unspecified state.
+TransportError parse_transport(ByteSpan udp_payload, TransportPacket& out);
+std::optional<TransportPacket> parse_transport(ByteSpan udp_payload);
+
+// The number of pad bytes that bring a payload to a 4-byte boundary (IBA 9.2 PadCnt).
+constexpr std::uint8_t pad_count_for(std::size_t payload_length) {
+  return static_cast<std::uint8_t>((4 - payload_length % 4) % 4);
+}
+
+// BTH and extension headers of the packet's opcode, in bytes (0 for an unknown opcode).
+std::size_t header_length(const TransportPacket& p);
+// Headers + payload + pad + ICRC: the UDP payload length of the packet.
+std::size_t transport_length(const TransportPacket& p);
+
+enum class EmitError : std::uint8_t {
+  none,
+  unknown_opcode,
+  missing_header,     // the opcode carries a header the packet does not have
+  unexpected_header,  // the packet has a header its opcode does not carry
+  unexpected_payload, // payload on an opcode that carries none
+  bad_pad_count,      // bth.pad_count != pad_count_for(payload.size())
+  buffer_too_small,
+};
+std::string_view to_string(EmitError e);
+
+// Writes the BTH and the extension headers (header_length(p) bytes) at the start of
+// `out`. The payload, pad and ICRC are the caller's (see encap.h), so that payload can be
+// gathered from memory without an intermediate copy.
+EmitError emit_transport_headers(const TransportPacket& p, MutableByteSpan out);
+// Headers, payload and zero pad (transport_length(p) - kIcrcLength bytes); no ICRC.
+EmitError emit_transport(const TransportPacket& p, MutableByteSpan out);
+
+}  // namespace rrdma::rocev2
