@@ -1,0 +1,257 @@
+// The completer (IBA 9.7.5.2, 9.9.2): takes ACKs, NAKs, RDMA READ responses and atomic
+// ACKs, turns them into completions in posting order, and drives the requester's retries.
+// ACKs are cumulative and a response implicitly acknowledges every earlier request
+// (IBA 9.7.5.2.1); a response that skips an outstanding READ or atomic means that
+// response was lost, so the READ / atomic is asked for again.
+#include <cstring>
+
+#include "rocev2/engine/engine_impl.h"
+
+namespace rrdma::rocev2 {
+
+bool Engine::Impl::response_in_window(const Requester& r, Psn psn) const {
+  return psn.distance_from(r.comp_psn) < r.high_psn.distance_from(r.comp_psn);
+}
+
+void Engine::Impl::on_response(Qp& qp, const TransportPacket& p, Instant now) {
+  const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
+  if (!response_in_window(qp.req, p.bth.psn)) {
+    ++counters_.ghost_responses;
+    observe(qp, p.bth, PacketDecision::Ignored, "PSN outside the outstanding window");
+    return;
+  }
+  if (f.has(OpcodeFlags::kReadResponse)) {
+    on_read_response(qp, p, now);
+  } else if (f.has(OpcodeFlags::kAtomicAck)) {
+    on_atomic_ack(qp, p, now);
+  } else {
+    switch (syndrome_kind(p.aeth->syndrome)) {
+      case SyndromeKind::Ack: on_ack(qp, p, now); break;
+      case SyndromeKind::RnrNak: on_rnr_nak(qp, p, now); break;
+      case SyndromeKind::Nak: on_nak(qp, p, now); break;
+      case SyndromeKind::Reserved:
+        ++counters_.bad_header;
+        observe(qp, p.bth, PacketDecision::Dropped, "reserved AETH syndrome");
+        return;
+    }
+  }
+  pump(qp, now);
+}
+
+// Completes, in order, every WQE wholly acknowledged by `last`. Stops at a READ or atomic
+// whose response has not arrived: if `last` covers it, that response was lost.
+Engine::Impl::AckStop Engine::Impl::ack_through(Qp& qp, Psn last, Instant /*now*/, bool& progressed) {
+  Requester& r = qp.req;
+  while (!r.sq.empty()) {
+    SendWqe& w = r.sq.front();
+    if (!w.started) break;
+    if (last.before(w.last_psn())) {
+      if (w.needs_response_data()) {
+        return last.before(w.first_psn + w.responses_received) ? AckStop::Done : AckStop::MissingResponse;
+      }
+      if (!last.before(w.first_psn) && r.comp_psn.before(last + 1)) {
+        r.comp_psn = last + 1;
+        progressed = true;
+      }
+      return AckStop::Done;
+    }
+    if (w.needs_response_data()) return AckStop::MissingResponse;
+    r.comp_psn = w.last_psn() + 1;
+    pop_front(qp, WcStatus::Success);
+    progressed = true;
+  }
+  return AckStop::Done;
+}
+
+// The responder is alive: restore the retry counters (IBA 9.7.6.1.3 counts consecutive
+// failures), pull the send point forward past what is acknowledged, restart the timer.
+void Engine::Impl::after_progress(Qp& qp, Instant now) {
+  Requester& r = qp.req;
+  r.retries_left = qp.attr.retry_cnt;
+  r.rnr_retries_left = qp.attr.rnr_retry;
+  r.gap_retry_psn.reset();
+  if (r.next_psn.before(r.comp_psn)) {
+    r.next_send = 0;
+    r.next_psn = r.comp_psn;
+    if (!r.sq.empty() && r.sq.front().started) {
+      SendWqe& w = r.sq.front();
+      w.next_packet = r.comp_psn.distance_from(w.first_psn);
+    }
+  }
+  if (r.comp_psn == r.high_psn) r.retransmit_deadline.reset();
+  else restart_ack_timer(qp, now);
+}
+
+void Engine::Impl::pop_front(Qp& qp, WcStatus status) {
+  Requester& r = qp.req;
+  const SendWqe& w = r.sq.front();
+  if (w.started && w.needs_response_data()) --r.rd_atomic_in_flight;
+  complete_send(qp, w, status);
+  r.sq.pop_front();
+  if (r.next_send > 0) --r.next_send;
+}
+
+void Engine::Impl::fail_front(Qp& qp, WcStatus status, std::string_view cause) {
+  if (!qp.req.sq.empty()) pop_front(qp, status);
+  enter_error(qp, cause, std::nullopt);
+}
+
+// Ask again for the first missing response of the READ / atomic at the front, once per gap
+// (more responses past the same gap must not trigger more retries).
+void Engine::Impl::retry_missing_response(Qp& qp, Instant now) {
+  Requester& r = qp.req;
+  const SendWqe& w = r.sq.front();
+  const Psn from = w.first_psn + w.responses_received;
+  if (r.gap_retry_psn && *r.gap_retry_psn == from) return;
+  if (r.retries_left == 0) {
+    fail_front(qp, WcStatus::RetryExcErr, "transport retry counter exceeded");
+    return;
+  }
+  --r.retries_left;
+  r.gap_retry_psn = from;
+  retransmit_from(qp, from, now, "response missing");
+}
+
+void Engine::Impl::on_ack(Qp& qp, const TransportPacket& p, Instant now) {
+  observe(qp, p.bth, PacketDecision::AckReceived, "ACK");
+  bool progressed = false;
+  const AckStop stop = ack_through(qp, p.bth.psn, now, progressed);
+  if (progressed) after_progress(qp, now);
+  if (stop == AckStop::MissingResponse) retry_missing_response(qp, now);
+}
+
+// IBA 9.7.5.2.8: the responder had no receive WQE. Wait the time it asked for, then resend
+// from the NAKed PSN; rnr_retry 7 means forever (IBA 9.7.6.1.4 / C9-?).
+void Engine::Impl::on_rnr_nak(Qp& qp, const TransportPacket& p, Instant now) {
+  ++counters_.rnr_naks_received;
+  observe(qp, p.bth, PacketDecision::NakReceived, "RNR NAK");
+  Requester& r = qp.req;
+  bool progressed = false;
+  const AckStop stop = ack_through(qp, p.bth.psn - 1, now, progressed);
+  if (progressed) after_progress(qp, now);
+  if (stop == AckStop::MissingResponse) {
+    retry_missing_response(qp, now);
+    return;
+  }
+  if (r.sq.empty() || !r.sq.front().contains(p.bth.psn)) return;
+  if (r.rnr_retries_left == 0) {
+    fail_front(qp, WcStatus::RnrRetryExcErr, "RNR retry counter exceeded");
+    return;
+  }
+  if (qp.attr.rnr_retry != 7) --r.rnr_retries_left;
+  r.rnr_deadline = now + rnr_delay(syndrome_value(p.aeth->syndrome));
+  r.rnr_resume_psn = p.bth.psn;
+  r.retransmit_deadline.reset();
+}
+
+namespace {
+
+WcStatus status_for_nak(std::uint8_t code) {
+  switch (static_cast<NakCode>(code)) {
+    case NakCode::InvalidRequest: return WcStatus::RemInvReqErr;
+    case NakCode::RemoteAccessError: return WcStatus::RemAccessErr;
+    case NakCode::RemoteOperationalError: return WcStatus::RemOpErr;
+    default: return WcStatus::BadRespErr;  // reserved codes; RD is not supported
+  }
+}
+
+}  // namespace
+
+void Engine::Impl::on_nak(Qp& qp, const TransportPacket& p, Instant now) {
+  ++counters_.naks_received;
+  observe(qp, p.bth, PacketDecision::NakReceived, "NAK");
+  Requester& r = qp.req;
+  bool progressed = false;
+  // The NAK's PSN is the request it refers to; everything before it arrived (IBA 9.7.5.2.2).
+  const AckStop stop = ack_through(qp, p.bth.psn - 1, now, progressed);
+  if (progressed) after_progress(qp, now);
+  if (stop == AckStop::MissingResponse) {
+    retry_missing_response(qp, now);
+    return;
+  }
+  if (r.sq.empty() || !r.sq.front().contains(p.bth.psn)) return;
+  const std::uint8_t code = syndrome_value(p.aeth->syndrome);
+  if (code == static_cast<std::uint8_t>(NakCode::PsnSequenceError)) {
+    retransmit_from(qp, p.bth.psn, now, "NAK PSN sequence error");
+    return;
+  }
+  fail_front(qp, status_for_nak(code), "NAK from the responder");
+}
+
+void Engine::Impl::on_read_response(Qp& qp, const TransportPacket& p, Instant now) {
+  Requester& r = qp.req;
+  const Psn psn = p.bth.psn;
+  bool progressed = false;
+  const AckStop stop = ack_through(qp, psn - 1, now, progressed);
+  if (progressed) after_progress(qp, now);
+  if (stop == AckStop::MissingResponse) {
+    retry_missing_response(qp, now);
+    return;
+  }
+  if (r.sq.empty() || !r.sq.front().is_read() || !r.sq.front().contains(psn)) {
+    ++counters_.ghost_responses;
+    observe(qp, p.bth, PacketDecision::Ignored, "READ response for no outstanding READ");
+    return;
+  }
+  SendWqe& w = r.sq.front();
+  if (psn.before(w.first_psn + w.responses_received)) {
+    observe(qp, p.bth, PacketDecision::Duplicate, "READ response already taken");
+    return;
+  }
+  const std::uint32_t k = w.responses_received;
+  const std::uint32_t mtu = qp.attr.path_mtu;
+  const bool last = k + 1 == w.packets;
+  const Opcode want = w.packets == 1 ? Opcode::RcReadResponseOnly
+                      : k == 0       ? Opcode::RcReadResponseFirst
+                      : last         ? Opcode::RcReadResponseLast
+                                     : Opcode::RcReadResponseMiddle;
+  const std::uint64_t offset = std::uint64_t{k} * mtu;
+  const std::uint64_t want_size = last ? w.length - offset : mtu;
+  if (p.bth.opcode != want || p.payload.size() != want_size) {
+    fail_front(qp, WcStatus::BadRespErr, "READ response out of order or of the wrong length");
+    return;
+  }
+  if (!scatter(dma_, w.sges, offset, p.payload)) {
+    fail_front(qp, WcStatus::LocProtErr, "local memory unwritable");
+    return;
+  }
+  ++w.responses_received;
+  r.comp_psn = psn + 1;
+  observe(qp, p.bth, PacketDecision::Accepted, "READ response");
+  if (last) pop_front(qp, WcStatus::Success);
+  after_progress(qp, now);
+}
+
+void Engine::Impl::on_atomic_ack(Qp& qp, const TransportPacket& p, Instant now) {
+  Requester& r = qp.req;
+  const Psn psn = p.bth.psn;
+  bool progressed = false;
+  const AckStop stop = ack_through(qp, psn - 1, now, progressed);
+  if (progressed) after_progress(qp, now);
+  if (stop == AckStop::MissingResponse) {
+    retry_missing_response(qp, now);
+    return;
+  }
+  if (r.sq.empty() || !r.sq.front().is_atomic() || !r.sq.front().contains(psn)) {
+    ++counters_.ghost_responses;
+    observe(qp, p.bth, PacketDecision::Ignored, "atomic ACK for no outstanding atomic");
+    return;
+  }
+  SendWqe& w = r.sq.front();
+  // The original value lands in the local buffer as a host-order 64-bit integer, as the
+  // verbs API reads it (IBA 9.4.5: the operand is a 64-bit integer in the responder's memory).
+  std::uint8_t bytes[8];
+  const std::uint64_t original = p.atomic_ack_eth->original_data;
+  std::memcpy(bytes, &original, sizeof bytes);
+  if (!scatter(dma_, w.sges, 0, bytes)) {
+    fail_front(qp, WcStatus::LocProtErr, "local memory unwritable");
+    return;
+  }
+  w.responses_received = 1;
+  r.comp_psn = psn + 1;
+  observe(qp, p.bth, PacketDecision::Accepted, "atomic ACK");
+  pop_front(qp, WcStatus::Success);
+  after_progress(qp, now);
+}
+
+}  // namespace rrdma::rocev2

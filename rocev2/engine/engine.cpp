@@ -1,0 +1,429 @@
+// The engine's front: QP lifetime, the QP state machine (IBA 10.3.1), validation of posted
+// work, dispatch of received packets to responder or completer, and the timers.
+#include "rocev2/engine/engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "rocev2/engine/engine_impl.h"
+
+namespace rrdma::rocev2 {
+
+std::string_view to_string(PacketDecision d) {
+  switch (d) {
+    case PacketDecision::Sent: return "sent";
+    case PacketDecision::Retransmitted: return "retransmitted";
+    case PacketDecision::Accepted: return "accepted";
+    case PacketDecision::Duplicate: return "duplicate";
+    case PacketDecision::OutOfSequenceNak: return "out of sequence, NAK sent";
+    case PacketDecision::OutOfSequenceDrop: return "out of sequence, dropped";
+    case PacketDecision::RnrNak: return "RNR NAK";
+    case PacketDecision::InvalidRequestNak: return "NAK invalid request";
+    case PacketDecision::AccessErrorNak: return "NAK remote access error";
+    case PacketDecision::OperationalErrorNak: return "NAK remote operational error";
+    case PacketDecision::AckReceived: return "ACK received";
+    case PacketDecision::NakReceived: return "NAK received";
+    case PacketDecision::Ignored: return "ignored";
+    case PacketDecision::Dropped: return "dropped";
+    case PacketDecision::UcMessageDropped: return "UC message dropped";
+  }
+  return "?";
+}
+
+std::string_view to_string(QpState s) {
+  switch (s) {
+    case QpState::Reset: return "RESET";
+    case QpState::Init: return "INIT";
+    case QpState::Rtr: return "RTR";
+    case QpState::Rts: return "RTS";
+    case QpState::Sqd: return "SQD";
+    case QpState::Sqe: return "SQE";
+    case QpState::Err: return "ERR";
+  }
+  return "?";
+}
+
+Engine::Engine(EngineHost& host, MrTable& mrs, Dma& dma, EngineObserver* observer)
+    : impl_(std::make_unique<Impl>(host, mrs, dma, observer)) {}
+Engine::~Engine() = default;
+std::optional<Qpn> Engine::create_qp(const QpInit& init) { return impl_->create_qp(init); }
+VerbResult Engine::destroy_qp(Qpn qpn) { return impl_->destroy_qp(qpn); }
+VerbResult Engine::modify_qp(Qpn qpn, const QpAttr& attr, std::uint32_t mask, Instant now) {
+  return impl_->modify_qp(qpn, attr, mask, now);
+}
+std::optional<QpAttr> Engine::query_qp(Qpn qpn) const { return impl_->query_qp(qpn); }
+VerbResult Engine::post_send(Qpn qpn, SendWr wr, Instant now) { return impl_->post_send(qpn, std::move(wr), now); }
+VerbResult Engine::post_recv(Qpn qpn, RecvWr wr) { return impl_->post_recv(qpn, std::move(wr)); }
+void Engine::receive(const TransportPacket& packet, const PacketSource& from, Instant now) {
+  impl_->receive(packet, from, now);
+}
+void Engine::advance(Instant now) { impl_->advance(now); }
+std::optional<Instant> Engine::next_deadline() const { return impl_->next_deadline(); }
+const EngineCounters& Engine::counters() const { return impl_->counters(); }
+
+Engine::Impl::Impl(EngineHost& host, MrTable& mrs, Dma& dma, EngineObserver* observer)
+    : host_(host), mrs_(mrs), dma_(dma), observer_(observer ? observer : &default_observer_) {
+  scratch_.resize(4096);
+}
+
+Qp* Engine::Impl::find(Qpn qpn) {
+  auto it = qps_.find(qpn.value());
+  return it == qps_.end() ? nullptr : it->second.get();
+}
+
+const Qp* Engine::Impl::find(Qpn qpn) const {
+  auto it = qps_.find(qpn.value());
+  return it == qps_.end() ? nullptr : it->second.get();
+}
+
+std::optional<Qpn> Engine::Impl::create_qp(const QpInit& init) {
+  Qpn qpn;
+  if (init.qpn) {
+    qpn = *init.qpn;
+    // QPN 0 and 1 are the SMI and GSI QPs (IBA 3.5.7); 0xFFFFFF is the multicast QPN.
+    if (qpn.value() < 2 || qpn.value() == 0xFF'FFFF || find(qpn)) return std::nullopt;
+  } else {
+    do {
+      qpn = Qpn(next_qpn_);
+      next_qpn_ = next_qpn_ + 1 >= 0xFF'FFFF ? 17 : next_qpn_ + 1;
+    } while (find(qpn));
+  }
+  auto qp = std::make_unique<Qp>();
+  qp->qpn = qpn;
+  qp->type = init.type;
+  qp->pd = init.pd;
+  qp->sq_sig_all = init.sq_sig_all;
+  qp->max_send_wr = init.max_send_wr;
+  if (init.srq) {
+    qp->rq = init.srq;
+    qp->uses_srq = true;
+  } else {
+    qp->own_rq = std::make_unique<FifoReceiveQueue>(init.max_recv_wr);
+    qp->rq = qp->own_rq.get();
+  }
+  qps_.emplace(qpn.value(), std::move(qp));
+  return qpn;
+}
+
+VerbResult Engine::Impl::destroy_qp(Qpn qpn) {
+  return qps_.erase(qpn.value()) ? VerbResult::Ok : VerbResult::NoSuchQp;
+}
+
+namespace {
+
+// The transitions of IBA 10.3.1 figure 124 that a modify can ask for (RESET and ERR are
+// reachable from every state).
+bool transition_allowed(QpState from, QpState to) {
+  if (to == QpState::Reset || to == QpState::Err) return true;
+  switch (from) {
+    case QpState::Reset: return to == QpState::Init;
+    case QpState::Init: return to == QpState::Init || to == QpState::Rtr;
+    case QpState::Rtr: return to == QpState::Rts;
+    case QpState::Rts: return to == QpState::Rts || to == QpState::Sqd;
+    case QpState::Sqd: return to == QpState::Sqd || to == QpState::Rts;
+    case QpState::Sqe: return to == QpState::Rts;
+    case QpState::Err: return false;
+  }
+  return false;
+}
+
+bool valid_mtu(std::uint32_t mtu) {
+  return mtu == 256 || mtu == 512 || mtu == 1024 || mtu == 2048 || mtu == 4096;
+}
+
+bool attributes_valid(const QpAttr& a, std::uint32_t mask) {
+  using namespace qp_attr;
+  if ((mask & kPathMtu) && !valid_mtu(a.path_mtu)) return false;
+  if ((mask & kTimeout) && a.timeout > 31) return false;
+  if ((mask & kRetryCnt) && a.retry_cnt > 7) return false;
+  if ((mask & kRnrRetry) && a.rnr_retry > 7) return false;
+  if ((mask & kMinRnrTimer) && a.min_rnr_timer > 31) return false;
+  return true;
+}
+
+void apply_attributes(QpAttr& to, const QpAttr& from, std::uint32_t mask) {
+  using namespace qp_attr;
+  if (mask & kPathMtu) to.path_mtu = from.path_mtu;
+  if (mask & kTimeout) to.timeout = from.timeout;
+  if (mask & kRetryCnt) to.retry_cnt = from.retry_cnt;
+  if (mask & kRnrRetry) to.rnr_retry = from.rnr_retry;
+  if (mask & kMinRnrTimer) to.min_rnr_timer = from.min_rnr_timer;
+  if (mask & kMaxQpRdAtomic) to.max_rd_atomic = from.max_rd_atomic;
+  if (mask & kMaxDestRdAtomic) to.max_dest_rd_atomic = from.max_dest_rd_atomic;
+  if (mask & kSqPsn) to.sq_psn = from.sq_psn;
+  if (mask & kRqPsn) to.rq_psn = from.rq_psn;
+  if (mask & kDestQpn) to.dest_qpn = from.dest_qpn;
+  if (mask & kQkey) to.qkey = from.qkey;
+  if (mask & kAv) to.dest_ip = from.dest_ip;
+  if (mask & kAccessFlags) to.access_flags = from.access_flags;
+}
+
+}  // namespace
+
+VerbResult Engine::Impl::modify_qp(Qpn qpn, const QpAttr& attr, std::uint32_t mask, Instant now) {
+  Qp* qp = find(qpn);
+  if (!qp) return VerbResult::NoSuchQp;
+  const QpState from = qp->attr.state;
+  const QpState to = (mask & qp_attr::kState) ? attr.state : from;
+  if ((mask & qp_attr::kState) && !transition_allowed(from, to)) return VerbResult::InvalidState;
+  if (!attributes_valid(attr, mask)) return VerbResult::InvalidArgument;
+  apply_attributes(qp->attr, attr, mask);
+  if (mask & qp_attr::kRqPsn) qp->resp.expected_psn = qp->attr.rq_psn;
+  if (mask & qp_attr::kSqPsn) {
+    qp->req.next_psn = qp->req.high_psn = qp->req.comp_psn = qp->attr.sq_psn;
+  }
+  if (mask & qp_attr::kRetryCnt) qp->req.retries_left = qp->attr.retry_cnt;
+  if (mask & qp_attr::kRnrRetry) qp->req.rnr_retries_left = qp->attr.rnr_retry;
+  if (to == from) return VerbResult::Ok;
+  if (to == QpState::Reset) {
+    reset(*qp);
+    set_state(*qp, to, "modify_qp");
+    return VerbResult::Ok;
+  }
+  if (to == QpState::Err) {
+    enter_error(*qp, "modify_qp", std::nullopt);
+    return VerbResult::Ok;
+  }
+  set_state(*qp, to, "modify_qp");
+  if (to == QpState::Sqd) qp->req.drain_reported = false;
+  if (to == QpState::Rts || to == QpState::Sqd) pump(*qp, now);
+  return VerbResult::Ok;
+}
+
+std::optional<QpAttr> Engine::Impl::query_qp(Qpn qpn) const {
+  const Qp* qp = find(qpn);
+  if (!qp) return std::nullopt;
+  return qp->attr;
+}
+
+void Engine::Impl::set_state(Qp& qp, QpState to, std::string_view cause) {
+  const QpState from = qp.attr.state;
+  qp.attr.state = to;
+  observer_->on_state_change(qp.qpn, from, to, cause);
+}
+
+void Engine::Impl::reset(Qp& qp) {
+  qp.req = Requester{};
+  qp.resp = Responder{};
+  qp.req.retries_left = qp.attr.retry_cnt;
+  qp.req.rnr_retries_left = qp.attr.rnr_retry;
+  if (qp.own_rq)
+    while (qp.own_rq->front()) qp.own_rq->pop();
+}
+
+// IBA 10.3.1 / 11.4.1.1: in the error state every outstanding WQE completes with
+// "flushed in error", whether it asked for a completion or not.
+void Engine::Impl::enter_error(Qp& qp, std::string_view cause, std::optional<AsyncEventType> event) {
+  if (qp.attr.state == QpState::Err) return;
+  set_state(qp, QpState::Err, cause);
+  if (event) host_.async_event({qp.qpn, *event});
+  flush(qp);
+  if (qp.uses_srq) host_.async_event({qp.qpn, AsyncEventType::LastWqeReached});
+}
+
+void Engine::Impl::flush(Qp& qp) {
+  Requester& r = qp.req;
+  while (!r.sq.empty()) {
+    complete_send(qp, r.sq.front(), WcStatus::WrFlushErr);
+    r.sq.pop_front();
+  }
+  r.next_send = 0;
+  r.rd_atomic_in_flight = 0;
+  r.retransmit_deadline.reset();
+  r.rnr_deadline.reset();
+  r.rnr_resume_psn.reset();
+  Responder& s = qp.resp;
+  if (s.in_progress == Responder::InProgress::Send || s.recv_held) {
+    Completion c;
+    c.wr_id = s.recv_wr_id;
+    c.status = WcStatus::WrFlushErr;
+    c.opcode = WcOpcode::Recv;
+    complete_recv(qp, c);
+  }
+  s.in_progress = Responder::InProgress::None;
+  s.recv_held = false;
+  if (qp.uses_srq) return;  // an SRQ's WQEs belong to no single QP
+  while (const RecvWr* wr = qp.rq->front()) {
+    Completion c;
+    c.wr_id = wr->wr_id;
+    c.status = WcStatus::WrFlushErr;
+    c.opcode = WcOpcode::Recv;
+    qp.rq->pop();
+    complete_recv(qp, c);
+  }
+}
+
+void Engine::Impl::complete_send(Qp& qp, const SendWqe& w, WcStatus status) {
+  // IBA 10.7.2.2 / C10-?: unsignaled WQEs complete silently, unless in error.
+  if (status == WcStatus::Success && !w.signaled && !qp.sq_sig_all &&
+      (w.wr.flags & send_flags::kSignaled) == 0)
+    return;
+  Completion c;
+  c.qpn = qp.qpn;
+  c.send_queue = true;
+  c.wr_id = w.wr.wr_id;
+  c.status = status;
+  switch (w.wr.opcode) {
+    case WrOpcode::Send:
+    case WrOpcode::SendWithImm:
+    case WrOpcode::SendWithInv: c.opcode = WcOpcode::Send; break;
+    case WrOpcode::RdmaWrite:
+    case WrOpcode::RdmaWriteWithImm: c.opcode = WcOpcode::RdmaWrite; break;
+    case WrOpcode::RdmaRead: c.opcode = WcOpcode::RdmaRead; break;
+    case WrOpcode::AtomicCmpSwp: c.opcode = WcOpcode::CompSwap; break;
+    case WrOpcode::AtomicFetchAdd: c.opcode = WcOpcode::FetchAdd; break;
+  }
+  c.byte_len = static_cast<std::uint32_t>(w.is_atomic() ? 8 : w.length);
+  host_.complete(c);
+}
+
+void Engine::Impl::complete_recv(Qp& qp, Completion c) {
+  c.qpn = qp.qpn;
+  c.send_queue = false;
+  host_.complete(c);
+}
+
+void Engine::Impl::observe(const Qp& qp, const Bth& bth, PacketDecision d, std::string_view detail) {
+  observer_->on_packet(qp.qpn, bth, d, detail);
+}
+
+void Engine::Impl::emit(Qp& qp, stack::Ipv4Address dest, const TransportPacket& p,
+                        PacketDecision d, std::string_view detail) {
+  host_.send_packet({dest, qp.qpn, p});
+  ++counters_.packets_sent;
+  observe(qp, p.bth, d, detail);
+}
+
+VerbResult Engine::Impl::post_send(Qpn qpn, SendWr wr, Instant now) {
+  Qp* qp = find(qpn);
+  if (!qp) return VerbResult::NoSuchQp;
+  const bool ok_for_type = [&] {
+    switch (wr.opcode) {
+      case WrOpcode::Send:
+      case WrOpcode::SendWithImm: return true;
+      case WrOpcode::RdmaWrite:
+      case WrOpcode::RdmaWriteWithImm: return qp->type != QpType::Ud;
+      default: return qp->type == QpType::Rc;
+    }
+  }();
+  if (!ok_for_type) return VerbResult::InvalidArgument;
+  const QpState s = qp->attr.state;
+  if (s == QpState::Reset || s == QpState::Init || s == QpState::Rtr) return VerbResult::InvalidState;
+  if (qp->req.sq.size() >= qp->max_send_wr) return VerbResult::QueueFull;
+  SendWqe w;
+  w.wr = std::move(wr);
+  w.signaled = qp->sq_sig_all || (w.wr.flags & send_flags::kSignaled) != 0;
+  if (s == QpState::Err || s == QpState::Sqe) {
+    // Work posted to a QP in error completes at once, flushed (IBA 10.8.3.1).
+    complete_send(*qp, w, WcStatus::WrFlushErr);
+    return VerbResult::Ok;
+  }
+  qp->req.sq.push_back(std::move(w));
+  pump(*qp, now);
+  return VerbResult::Ok;
+}
+
+VerbResult Engine::Impl::post_recv(Qpn qpn, RecvWr wr) {
+  Qp* qp = find(qpn);
+  if (!qp) return VerbResult::NoSuchQp;
+  if (qp->uses_srq) return VerbResult::InvalidArgument;
+  if (qp->attr.state == QpState::Reset) return VerbResult::InvalidState;
+  if (qp->attr.state == QpState::Err) {
+    Completion c;
+    c.wr_id = wr.wr_id;
+    c.status = WcStatus::WrFlushErr;
+    c.opcode = WcOpcode::Recv;
+    complete_recv(*qp, c);
+    return VerbResult::Ok;
+  }
+  return qp->rq->push(std::move(wr)) ? VerbResult::Ok : VerbResult::QueueFull;
+}
+
+bool Engine::Impl::headers_present(const TransportPacket& p, OpcodeFlags f) const {
+  using F = OpcodeFlags;
+  return (!f.has(F::kDeth) || p.deth) && (!f.has(F::kReth) || p.reth) &&
+         (!f.has(F::kAtomicEth) || p.atomic_eth) && (!f.has(F::kAeth) || p.aeth) &&
+         (!f.has(F::kAtomicAckEth) || p.atomic_ack_eth) && (!f.has(F::kImm) || p.imm) &&
+         (!f.has(F::kIeth) || p.ieth);
+}
+
+namespace {
+
+bool transport_matches(QpType type, OpcodeFlags f) {
+  switch (type) {
+    case QpType::Rc: return f.has(OpcodeFlags::kRc);
+    case QpType::Uc: return f.has(OpcodeFlags::kUc);
+    case QpType::Ud: return f.has(OpcodeFlags::kUd);
+  }
+  return false;
+}
+
+}  // namespace
+
+void Engine::Impl::receive(const TransportPacket& p, const PacketSource& from, Instant now) {
+  ++counters_.packets_received;
+  const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
+  if (!f.has(OpcodeFlags::kValid)) {
+    ++counters_.bad_opcode;
+    return;
+  }
+  // Annex A17.9: a CNP asks the sender to slow down. No congestion control yet: count it.
+  if (f.has(OpcodeFlags::kCnp)) {
+    ++counters_.cnp_received;
+    return;
+  }
+  Qp* qp = find(p.bth.dest_qp);
+  if (!qp) {
+    ++counters_.unknown_qpn;
+    return;
+  }
+  if (!transport_matches(qp->type, f)) {
+    ++counters_.bad_opcode;
+    observe(*qp, p.bth, PacketDecision::Dropped, "opcode not valid for the QP type");
+    return;
+  }
+  if (!headers_present(p, f)) {
+    ++counters_.bad_header;
+    observe(*qp, p.bth, PacketDecision::Dropped, "missing extension header");
+    return;
+  }
+  if (f.has(OpcodeFlags::kRequest)) {
+    const QpState s = qp->attr.state;
+    if (s == QpState::Reset || s == QpState::Init || s == QpState::Err) {
+      ++counters_.wrong_state;
+      observe(*qp, p.bth, PacketDecision::Dropped, "QP cannot receive in this state");
+      return;
+    }
+    on_request(*qp, p, from, now);
+    return;
+  }
+  const QpState s = qp->attr.state;
+  if (qp->type != QpType::Rc || (s != QpState::Rts && s != QpState::Sqd && s != QpState::Sqe)) {
+    ++counters_.wrong_state;
+    observe(*qp, p.bth, PacketDecision::Dropped, "no requester to take a response");
+    return;
+  }
+  on_response(*qp, p, now);
+}
+
+void Engine::Impl::advance(Instant now) {
+  for (auto& [n, qp] : qps_) {
+    Requester& r = qp->req;
+    if (r.rnr_deadline && *r.rnr_deadline <= now) on_rnr_wait_over(*qp, now);
+    if (r.retransmit_deadline && *r.retransmit_deadline <= now) on_timeout(*qp, now);
+  }
+}
+
+std::optional<Instant> Engine::Impl::next_deadline() const {
+  std::optional<Instant> earliest;
+  auto consider = [&](const std::optional<Instant>& t) {
+    if (t && (!earliest || *t < *earliest)) earliest = t;
+  };
+  for (const auto& [n, qp] : qps_) {
+    consider(qp->req.rnr_deadline);
+    consider(qp->req.retransmit_deadline);
+  }
+  return earliest;
+}
+
+}  // namespace rrdma::rocev2

@@ -1,0 +1,141 @@
+// Internal: the engine's implementation, shared by engine.cpp (QP lifetime, state machine,
+// dispatch, timers), requester.cpp, completer.cpp and responder.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "rocev2/engine/engine.h"
+#include "rocev2/engine/qp.h"
+#include "rocev2/engine/syndrome.h"
+#include "rocev2/opcode.h"
+
+namespace rrdma::rocev2 {
+
+// rxe's limits, kept so that our traffic looks like its: at most 128 PSNs unacknowledged
+// (RXE_MAX_UNACKED_PSNS) and an AckReq at least every 64 packets (RXE_MAX_PKT_PER_ACK).
+inline constexpr std::uint32_t kMaxUnackedPsns = 128;
+inline constexpr std::uint32_t kPacketsPerAckReq = 64;
+// The responder acknowledges at least every this many packets even without AckReq.
+inline constexpr std::uint32_t kPacketsPerAck = 64;
+
+// Why the responder refuses a request (IBA 9.9.3.1 responder error classes).
+struct Verdict {
+  enum class Kind : std::uint8_t { Ok, Rnr, Nak, Drop } kind = Kind::Ok;
+  NakCode code = NakCode::InvalidRequest;
+  WcStatus recv_status = WcStatus::RemInvReqErr;  // for a receive WQE consumed by the message
+  AsyncEventType event = AsyncEventType::QpReqErr;
+  std::string_view why;
+
+  static Verdict ok() { return {}; }
+  static Verdict rnr() { return {Kind::Rnr, NakCode::InvalidRequest, WcStatus::Success, AsyncEventType::QpReqErr, "no receive WQE"}; }
+  static Verdict drop(std::string_view why) { return {Kind::Drop, NakCode::InvalidRequest, WcStatus::Success, AsyncEventType::QpReqErr, why}; }
+  static Verdict invalid_request(std::string_view why, WcStatus s = WcStatus::RemInvReqErr) {
+    return {Kind::Nak, NakCode::InvalidRequest, s, AsyncEventType::QpReqErr, why};
+  }
+  static Verdict access_error(std::string_view why) {
+    return {Kind::Nak, NakCode::RemoteAccessError, WcStatus::RemAccessErr, AsyncEventType::QpAccessErr, why};
+  }
+  static Verdict operational_error(std::string_view why, WcStatus s = WcStatus::LocProtErr) {
+    return {Kind::Nak, NakCode::RemoteOperationalError, s, AsyncEventType::QpFatal, why};
+  }
+};
+
+class Engine::Impl {
+ public:
+  Impl(EngineHost& host, MrTable& mrs, Dma& dma, EngineObserver* observer);
+
+  // engine.cpp
+  std::optional<Qpn> create_qp(const QpInit& init);
+  VerbResult destroy_qp(Qpn qpn);
+  VerbResult modify_qp(Qpn qpn, const QpAttr& attr, std::uint32_t mask, Instant now);
+  std::optional<QpAttr> query_qp(Qpn qpn) const;
+  VerbResult post_send(Qpn qpn, SendWr wr, Instant now);
+  VerbResult post_recv(Qpn qpn, RecvWr wr);
+  void receive(const TransportPacket& packet, const PacketSource& from, Instant now);
+  void advance(Instant now);
+  std::optional<Instant> next_deadline() const;
+  const EngineCounters& counters() const { return counters_; }
+
+ private:
+  Qp* find(Qpn qpn);
+  const Qp* find(Qpn qpn) const;
+  bool headers_present(const TransportPacket& p, OpcodeFlags flags) const;
+  void set_state(Qp& qp, QpState to, std::string_view cause);
+  void enter_error(Qp& qp, std::string_view cause, std::optional<AsyncEventType> event);
+  void flush(Qp& qp);
+  void reset(Qp& qp);
+  void observe(const Qp& qp, const Bth& bth, PacketDecision d, std::string_view detail);
+  void emit(Qp& qp, stack::Ipv4Address dest, const TransportPacket& p, PacketDecision d,
+            std::string_view detail);
+  void complete_send(Qp& qp, const SendWqe& w, WcStatus status);
+  void complete_recv(Qp& qp, Completion c);
+
+  // requester.cpp
+  void pump(Qp& qp, Instant now);
+  bool may_start(const Qp& qp, const SendWqe& w) const;
+  bool start_wqe(Qp& qp, SendWqe& w);
+  bool send_next_packet(Qp& qp, SendWqe& w, Instant now);
+  void send_read_request(Qp& qp, SendWqe& w, TransportPacket& p);
+  void send_atomic_request(Qp& qp, SendWqe& w, TransportPacket& p);
+  bool fill_segment(Qp& qp, SendWqe& w, TransportPacket& p);
+  void retransmit_from(Qp& qp, Psn psn, Instant now, std::string_view reason);
+  void on_timeout(Qp& qp, Instant now);
+  void on_rnr_wait_over(Qp& qp, Instant now);
+  void restart_ack_timer(Qp& qp, Instant now);
+  void report_drained(Qp& qp);
+
+  // completer.cpp
+  void on_response(Qp& qp, const TransportPacket& p, Instant now);
+  bool response_in_window(const Requester& r, Psn psn) const;
+  enum class AckStop : std::uint8_t { Done, MissingResponse };
+  AckStop ack_through(Qp& qp, Psn last, Instant now, bool& progressed);
+  void after_progress(Qp& qp, Instant now);
+  void pop_front(Qp& qp, WcStatus status);
+  void retry_missing_response(Qp& qp, Instant now);
+  void on_ack(Qp& qp, const TransportPacket& p, Instant now);
+  void on_nak(Qp& qp, const TransportPacket& p, Instant now);
+  void on_rnr_nak(Qp& qp, const TransportPacket& p, Instant now);
+  void on_read_response(Qp& qp, const TransportPacket& p, Instant now);
+  void on_atomic_ack(Qp& qp, const TransportPacket& p, Instant now);
+  void fail_front(Qp& qp, WcStatus status, std::string_view cause);
+
+  // responder.cpp
+  void on_request(Qp& qp, const TransportPacket& p, const PacketSource& from, Instant now);
+  void rc_request(Qp& qp, const TransportPacket& p, Instant now);
+  void uc_request(Qp& qp, const TransportPacket& p);
+  void ud_request(Qp& qp, const TransportPacket& p, const PacketSource& from);
+  void rc_duplicate(Qp& qp, const TransportPacket& p);
+  Verdict check_sequence(const Qp& qp, OpcodeFlags flags) const;
+  Verdict check_length(const Qp& qp, const TransportPacket& p, OpcodeFlags flags) const;
+  Verdict execute(Qp& qp, const TransportPacket& p);
+  Verdict execute_send(Qp& qp, const TransportPacket& p, OpcodeFlags flags);
+  Verdict execute_write(Qp& qp, const TransportPacket& p, OpcodeFlags flags);
+  Verdict execute_read(Qp& qp, const TransportPacket& p);
+  Verdict execute_atomic(Qp& qp, const TransportPacket& p);
+  Verdict take_receive_wqe(Qp& qp);
+  bool send_read_responses(Qp& qp, const MrFacts* mr, std::uint64_t va, std::uint32_t length,
+                           Psn first, bool duplicate);
+  void send_atomic_ack(Qp& qp, Psn psn, std::uint64_t original, bool duplicate);
+  void send_ack(Qp& qp, Psn psn, std::uint8_t syndrome, PacketDecision d, std::string_view why);
+  void refuse(Qp& qp, const TransportPacket& p, const Verdict& v);
+  void remember(Qp& qp, ReplayEntry e);
+  const ReplayEntry* recall(const Qp& qp, Psn psn) const;
+  void abort_uc_message(Qp& qp);
+
+  EngineHost& host_;
+  MrTable& mrs_;
+  Dma& dma_;
+  EngineObserver default_observer_;
+  EngineObserver* observer_;
+  std::unordered_map<std::uint32_t, std::unique_ptr<Qp>> qps_;
+  std::uint32_t next_qpn_ = 17;  // rxe's first QP number as well (0x11 in every capture)
+  EngineCounters counters_;
+  std::vector<std::uint8_t> scratch_;
+};
+
+}  // namespace rrdma::rocev2

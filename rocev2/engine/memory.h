@@ -1,0 +1,43 @@
+// Internal: checks of local and remote memory access (IBA 10.6.3: key, PD, access rights,
+// bounds) and scatter/gather copies through the Dma port.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "rocev2/engine/ports.h"
+
+namespace rrdma::rocev2 {
+
+struct ResolvedSge {
+  MrFacts mr;
+  std::uint64_t addr = 0;
+  std::uint32_t length = 0;
+};
+
+// True if [addr, addr + length) lies inside the region; overflow-safe.
+bool range_inside(const MrFacts& mr, std::uint64_t addr, std::uint64_t length);
+
+enum class LocalCheck : std::uint8_t { Ok, ProtectionError, LengthError };
+
+// Resolves every SGE through its L_Key: the MR must exist, belong to `pd`, contain the
+// range and, if `need_write`, grant local write.
+LocalCheck resolve_sges(const MrTable& mrs, std::uint32_t pd, const std::vector<Sge>& sges,
+                        bool need_write, std::vector<ResolvedSge>& out);
+
+std::uint64_t total_length(const std::vector<ResolvedSge>& sges);
+
+// Copies between a byte span and the concatenation of `sges`, starting `offset` bytes in.
+bool gather(Dma& dma, const std::vector<ResolvedSge>& sges, std::uint64_t offset,
+            std::span<std::uint8_t> out);
+bool scatter(Dma& dma, const std::vector<ResolvedSge>& sges, std::uint64_t offset,
+             std::span<const std::uint8_t> in);
+
+// Remote access through an R_Key: key, PD, access right and bounds, checked before any
+// byte moves (IBA 10.6.3.2 and 9.7.5.1.3).
+std::optional<MrFacts> check_remote(const MrTable& mrs, std::uint32_t pd, Rkey rkey,
+                                    std::uint32_t access, std::uint64_t va, std::uint64_t length);
+
+}  // namespace rrdma::rocev2

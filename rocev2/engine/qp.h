@@ -1,0 +1,100 @@
+// Internal: the state of one queue pair, split by role the way IBA chapter 9 and rxe split
+// it: the requester (turns send WQEs into request packets), the completer (turns responses
+// into completions, drives retries) and the responder (executes incoming requests).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "rocev2/engine/engine.h"
+#include "rocev2/engine/memory.h"
+
+namespace rrdma::rocev2 {
+
+// A posted send WQE and its progress through requester and completer.
+struct SendWqe {
+  SendWr wr;
+  std::uint64_t length = 0;        // message length in bytes
+  std::uint32_t packets = 1;       // PSNs the message occupies (READ: response packets)
+  bool started = false;            // PSNs assigned, local SGEs resolved
+  Psn first_psn{};
+  std::uint32_t next_packet = 0;   // requester: next packet index to (re)send
+  std::uint32_t responses_received = 0;  // completer: READ response packets taken in order
+  std::vector<ResolvedSge> sges;   // local memory (source of SEND/WRITE, sink of READ/atomic)
+  bool signaled = false;
+
+  Psn last_psn() const { return first_psn + (packets - 1); }
+  bool fully_sent() const { return started && next_packet >= packets; }
+  bool is_read() const { return wr.opcode == WrOpcode::RdmaRead; }
+  bool is_atomic() const {
+    return wr.opcode == WrOpcode::AtomicCmpSwp || wr.opcode == WrOpcode::AtomicFetchAdd;
+  }
+  bool needs_response_data() const { return is_read() || is_atomic(); }
+  bool contains(Psn p) const { return started && p.distance_from(first_psn) < packets; }
+};
+
+struct Requester {
+  std::deque<SendWqe> sq;          // front: oldest not yet completed
+  std::size_t next_send = 0;       // index in sq of the first WQE not fully sent
+  Psn next_psn{};                  // PSN of the next packet to send
+  Psn high_psn{};                  // one past the highest PSN ever sent
+  Psn comp_psn{};                  // oldest PSN not yet acknowledged
+  std::uint32_t rd_atomic_in_flight = 0;
+  std::uint32_t packets_since_ack_req = 0;
+  std::uint8_t retries_left = 7;
+  std::uint8_t rnr_retries_left = 7;
+  std::optional<Instant> retransmit_deadline;
+  std::optional<Instant> rnr_deadline;
+  std::optional<Psn> rnr_resume_psn;   // where to resume when the RNR wait ends
+  std::optional<Psn> gap_retry_psn;    // a read-response gap already retried from here
+  bool drain_reported = false;         // SQD: SqDrained sent
+};
+
+// A READ or atomic the responder executed, kept to answer duplicates (IBA 9.7.5.1.4-5).
+struct ReplayEntry {
+  Psn psn{};
+  bool atomic = false;
+  std::uint64_t original = 0;  // atomic: the value returned the first time
+};
+
+struct Responder {
+  Psn expected_psn{};
+  Msn msn{};
+  bool nak_sent_for_gap = false;   // one NAK per PSN gap (rxe: sent_psn_nak)
+  std::uint32_t packets_since_ack = 0;
+  // The message in progress: SEND (a receive WQE being filled) or WRITE (a remote range).
+  enum class InProgress : std::uint8_t { None, Send, Write } in_progress = InProgress::None;
+  std::vector<ResolvedSge> recv_sges;
+  std::uint64_t recv_wr_id = 0;
+  std::uint64_t recv_offset = 0;
+  std::optional<MrFacts> write_mr;
+  std::uint64_t write_va = 0;
+  std::uint64_t write_remaining = 0;
+  std::uint64_t write_total = 0;
+  bool recv_held = false;          // UC: a receive WQE kept from an aborted message
+  bool uc_dropping = false;        // UC: drop until the next FIRST/ONLY (IBA 9.8.3)
+  std::array<ReplayEntry, 16> replay{};
+  std::size_t replay_next = 0;
+  std::size_t replay_count = 0;
+  bool comm_established = false;
+};
+
+struct Qp {
+  Qpn qpn{};
+  QpType type = QpType::Rc;
+  std::uint32_t pd = 0;
+  bool sq_sig_all = false;
+  std::uint32_t max_send_wr = 0;
+  QpAttr attr;
+  std::unique_ptr<FifoReceiveQueue> own_rq;
+  ReceiveQueue* rq = nullptr;      // own_rq or the SRQ
+  bool uses_srq = false;
+  Requester req;
+  Responder resp;
+};
+
+}  // namespace rrdma::rocev2

@@ -1,0 +1,267 @@
+// The requester (IBA 9.7.1-9.7.4, 9.8.2, 9.9.2): turns send WQEs into request packets,
+// segments at the path MTU, sets the AckReq bit, keeps to max_rd_atomic and the fence, and
+// goes back N on a timeout, a PSN-sequence NAK or the end of an RNR wait.
+#include <algorithm>
+#include <cstring>
+
+#include "rocev2/engine/engine_impl.h"
+
+namespace rrdma::rocev2 {
+
+namespace {
+
+Opcode with_transport(QpType type, Opcode rc) {
+  // UC opcodes are the RC ones with the transport bits 001 (IBA table 38).
+  if (type == QpType::Uc) return static_cast<Opcode>(static_cast<std::uint8_t>(rc) | 0x20);
+  return rc;
+}
+
+Opcode send_opcode(WrOpcode op, bool first, bool last) {
+  if (first && last) {
+    if (op == WrOpcode::SendWithImm) return Opcode::RcSendOnlyImm;
+    if (op == WrOpcode::SendWithInv) return Opcode::RcSendOnlyInv;
+    return Opcode::RcSendOnly;
+  }
+  if (first) return Opcode::RcSendFirst;
+  if (!last) return Opcode::RcSendMiddle;
+  if (op == WrOpcode::SendWithImm) return Opcode::RcSendLastImm;
+  if (op == WrOpcode::SendWithInv) return Opcode::RcSendLastInv;
+  return Opcode::RcSendLast;
+}
+
+Opcode write_opcode(WrOpcode op, bool first, bool last) {
+  const bool imm = op == WrOpcode::RdmaWriteWithImm;
+  if (first && last) return imm ? Opcode::RcWriteOnlyImm : Opcode::RcWriteOnly;
+  if (first) return Opcode::RcWriteFirst;
+  if (!last) return Opcode::RcWriteMiddle;
+  return imm ? Opcode::RcWriteLastImm : Opcode::RcWriteLast;
+}
+
+bool is_send(WrOpcode op) {
+  return op == WrOpcode::Send || op == WrOpcode::SendWithImm || op == WrOpcode::SendWithInv;
+}
+
+std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
+  return length == 0 ? 1 : static_cast<std::uint32_t>((length + mtu - 1) / mtu);
+}
+
+}  // namespace
+
+void Engine::Impl::pump(Qp& qp, Instant now) {
+  Requester& r = qp.req;
+  const QpState s = qp.attr.state;
+  if (s != QpState::Rts && s != QpState::Sqd) return;
+  if (r.rnr_deadline) return;  // waiting out an RNR NAK (IBA 9.7.5.2.8)
+  while (r.next_send < r.sq.size()) {
+    SendWqe& w = r.sq[r.next_send];
+    if (!w.started) {
+      if (s == QpState::Sqd) break;  // SQD: finish what has started, start nothing new
+      if (qp.type == QpType::Rc && !may_start(qp, w)) break;
+      if (!start_wqe(qp, w)) return;
+    }
+    if (qp.type == QpType::Rc && r.next_psn.distance_from(r.comp_psn) >= kMaxUnackedPsns) break;
+    if (!send_next_packet(qp, w, now)) return;
+    if (!w.fully_sent()) continue;
+    ++r.next_send;
+    if (qp.type != QpType::Rc) {
+      // UC and UD have no acknowledgements: a WQE is done once its last packet is out.
+      complete_send(qp, r.sq.front(), WcStatus::Success);
+      r.sq.pop_front();
+      --r.next_send;
+      r.comp_psn = r.next_psn;
+    }
+  }
+  report_drained(qp);
+}
+
+// IBA 10.8.3.3: a fenced WQE waits until every earlier READ and atomic has completed;
+// IBA 9.7.4.1.2 / C9-?: never more READs and atomics outstanding than max_rd_atomic.
+bool Engine::Impl::may_start(const Qp& qp, const SendWqe& w) const {
+  const Requester& r = qp.req;
+  if ((w.wr.flags & send_flags::kFence) && r.rd_atomic_in_flight > 0) return false;
+  const std::uint32_t limit = std::max<std::uint32_t>(1, qp.attr.max_rd_atomic);
+  return !w.needs_response_data() || r.rd_atomic_in_flight < limit;
+}
+
+// Resolves the WQE's local memory and assigns its PSNs. False if it failed (it has then
+// been completed in error and the QP moved to the error state).
+bool Engine::Impl::start_wqe(Qp& qp, SendWqe& w) {
+  Requester& r = qp.req;
+  const std::uint32_t mtu = qp.attr.path_mtu;
+  WcStatus failure = WcStatus::Success;
+  if (w.wr.flags & send_flags::kInline && !w.needs_response_data()) {
+    w.length = w.wr.inline_data.size();
+  } else {
+    const LocalCheck c = resolve_sges(mrs_, qp.pd, w.wr.sg_list, w.needs_response_data(), w.sges);
+    if (c == LocalCheck::ProtectionError) failure = WcStatus::LocProtErr;
+    if (c == LocalCheck::LengthError) failure = WcStatus::LocLenErr;
+    w.length = total_length(w.sges);
+  }
+  if (failure == WcStatus::Success) {
+    if (w.is_atomic() && w.length < 8) failure = WcStatus::LocLenErr;
+    if (qp.type == QpType::Ud && w.length > mtu) failure = WcStatus::LocLenErr;
+  }
+  if (failure != WcStatus::Success) {
+    complete_send(qp, w, failure);
+    r.sq.erase(r.sq.begin() + static_cast<std::ptrdiff_t>(r.next_send));
+    enter_error(qp, "local error in a send WQE", std::nullopt);
+    return false;
+  }
+  w.packets = w.is_atomic() ? 1 : packets_for(w.length, mtu);
+  w.started = true;
+  w.first_psn = r.next_psn;
+  w.next_packet = 0;
+  if (w.needs_response_data()) ++r.rd_atomic_in_flight;
+  return true;
+}
+
+bool Engine::Impl::send_next_packet(Qp& qp, SendWqe& w, Instant now) {
+  Requester& r = qp.req;
+  TransportPacket p;
+  p.bth.dest_qp = qp.type == QpType::Ud ? w.wr.ud_remote_qpn : qp.attr.dest_qpn;
+  p.bth.psn = r.next_psn;
+  const bool retransmission = r.next_psn.before(r.high_psn);
+  if (w.is_read()) {
+    send_read_request(qp, w, p);
+  } else if (w.is_atomic()) {
+    send_atomic_request(qp, w, p);
+  } else if (!fill_segment(qp, w, p)) {
+    return false;
+  }
+  if (r.high_psn.before(r.next_psn)) r.high_psn = r.next_psn;
+  const stack::Ipv4Address dest = qp.type == QpType::Ud ? w.wr.ud_dest_ip : qp.attr.dest_ip;
+  emit(qp, dest, p, retransmission ? PacketDecision::Retransmitted : PacketDecision::Sent,
+       opcode_info(p.bth.opcode).name);
+  if (retransmission) ++counters_.retransmits;
+  if (qp.type == QpType::Rc && !r.retransmit_deadline) restart_ack_timer(qp, now);
+  return true;
+}
+
+// A READ request asks for the rest of the message from next_packet on: a retry after a
+// lost response re-requests only the missing part, at the PSN of the first missing
+// response packet (IBA 9.7.5.1.4: the responder treats it as a duplicate and re-reads).
+void Engine::Impl::send_read_request(Qp& qp, SendWqe& w, TransportPacket& p) {
+  const std::uint64_t offset = std::uint64_t{w.next_packet} * qp.attr.path_mtu;
+  p.bth.opcode = Opcode::RcReadRequest;
+  p.bth.ack_req = true;
+  p.reth = Reth{w.wr.remote_addr + offset, w.wr.rkey, static_cast<std::uint32_t>(w.length - std::min(offset, w.length))};
+  qp.req.next_psn += w.packets - w.next_packet;
+  w.next_packet = w.packets;
+}
+
+void Engine::Impl::send_atomic_request(Qp& qp, SendWqe& w, TransportPacket& p) {
+  const bool cas = w.wr.opcode == WrOpcode::AtomicCmpSwp;
+  p.bth.opcode = cas ? Opcode::RcCompareSwap : Opcode::RcFetchAdd;
+  p.bth.ack_req = true;
+  p.atomic_eth = AtomicEth{w.wr.remote_addr, w.wr.rkey, cas ? w.wr.swap : w.wr.compare_add,
+                           cas ? w.wr.compare_add : 0};
+  ++qp.req.next_psn;
+  w.next_packet = 1;
+}
+
+// One SEND or WRITE segment: every packet but the last carries exactly one path MTU
+// (IBA 9.7.2.1 / C9-?); the RETH rides on the first, ImmDt and IETH on the last.
+bool Engine::Impl::fill_segment(Qp& qp, SendWqe& w, TransportPacket& p) {
+  Requester& r = qp.req;
+  const std::uint32_t mtu = qp.attr.path_mtu;
+  const std::uint64_t offset = std::uint64_t{w.next_packet} * mtu;
+  const std::size_t size = static_cast<std::size_t>(std::min<std::uint64_t>(mtu, w.length - offset));
+  const bool first = w.next_packet == 0;
+  const bool last = w.next_packet + 1 >= w.packets;
+  const WrOpcode op = w.wr.opcode;
+  if (qp.type == QpType::Ud) {
+    p.bth.opcode = op == WrOpcode::SendWithImm ? Opcode::UdSendOnlyImm : Opcode::UdSendOnly;
+    // IBA 10.2.5: a WR Q_Key with the high bit set means "use the QP's own Q_Key".
+    const Qkey qkey = (w.wr.ud_remote_qkey.value() & 0x8000'0000u) ? qp.attr.qkey : w.wr.ud_remote_qkey;
+    p.deth = Deth{qkey, qp.qpn};
+  } else if (is_send(op)) {
+    p.bth.opcode = with_transport(qp.type, send_opcode(op, first, last));
+  } else {
+    p.bth.opcode = with_transport(qp.type, write_opcode(op, first, last));
+    if (first) p.reth = Reth{w.wr.remote_addr, w.wr.rkey, static_cast<std::uint32_t>(w.length)};
+  }
+  if (last && (op == WrOpcode::SendWithImm || op == WrOpcode::RdmaWriteWithImm)) p.imm = ImmDt{w.wr.imm_data};
+  if (last && op == WrOpcode::SendWithInv) p.ieth = Ieth{w.wr.invalidate_rkey};
+  p.bth.solicited = last && (w.wr.flags & send_flags::kSolicited) != 0;
+  if (qp.type == QpType::Rc) {
+    // rxe's policy, seen in every capture: AckReq on the last packet of a message, and
+    // at least every 64 packets within a long one.
+    p.bth.ack_req = last || ++r.packets_since_ack_req >= kPacketsPerAckReq;
+    if (p.bth.ack_req) r.packets_since_ack_req = 0;
+  }
+  std::span<std::uint8_t> payload(scratch_.data(), size);
+  if (w.wr.flags & send_flags::kInline) {
+    std::memcpy(payload.data(), w.wr.inline_data.data() + offset, size);
+  } else if (!gather(dma_, w.sges, offset, payload)) {
+    // The memory behind a checked SGE vanished (its process is gone): nothing sensible
+    // remains for this QP. The WQE fails first, then the error state flushes the rest.
+    complete_send(qp, w, WcStatus::LocProtErr);
+    r.sq.erase(r.sq.begin() + static_cast<std::ptrdiff_t>(r.next_send));
+    enter_error(qp, "local memory unreadable", std::nullopt);
+    return false;
+  }
+  p.payload = payload;
+  ++r.next_psn;
+  ++w.next_packet;
+  return true;
+}
+
+// Go back N (IBA 9.7.5.2.2): resend every packet from `psn` on, with the same PSNs.
+void Engine::Impl::retransmit_from(Qp& qp, Psn psn, Instant now, std::string_view reason) {
+  Requester& r = qp.req;
+  std::size_t i = 0;
+  while (i < r.sq.size() && r.sq[i].started && !r.sq[i].contains(psn)) ++i;
+  if (i >= r.sq.size() || !r.sq[i].started) return;
+  for (std::size_t j = i + 1; j < r.sq.size() && r.sq[j].started; ++j) r.sq[j].next_packet = 0;
+  SendWqe& w = r.sq[i];
+  w.next_packet = psn.distance_from(w.first_psn);
+  if (w.is_read()) w.responses_received = std::min(w.responses_received, w.next_packet);
+  r.next_send = i;
+  r.next_psn = psn;
+  Bth marker;
+  marker.psn = psn;
+  observe(qp, marker, PacketDecision::Retransmitted, reason);
+  restart_ack_timer(qp, now);
+  pump(qp, now);
+}
+
+// IBA 9.7.6.1.3: no response within the local ACK timeout. retry_cnt bounds the number of
+// attempts; the counter is restored whenever the responder shows progress.
+void Engine::Impl::on_timeout(Qp& qp, Instant now) {
+  Requester& r = qp.req;
+  r.retransmit_deadline.reset();
+  if (r.comp_psn == r.high_psn || r.sq.empty()) return;
+  ++counters_.timeouts;
+  if (r.retries_left == 0) {
+    fail_front(qp, WcStatus::RetryExcErr, "transport retry counter exceeded");
+    return;
+  }
+  --r.retries_left;
+  retransmit_from(qp, r.comp_psn, now, "local ACK timeout");
+}
+
+void Engine::Impl::on_rnr_wait_over(Qp& qp, Instant now) {
+  Requester& r = qp.req;
+  r.rnr_deadline.reset();
+  const std::optional<Psn> resume = std::exchange(r.rnr_resume_psn, std::nullopt);
+  if (resume) retransmit_from(qp, *resume, now, "RNR wait over");
+  else pump(qp, now);
+}
+
+void Engine::Impl::restart_ack_timer(Qp& qp, Instant now) {
+  const std::optional<Duration> t = ack_timeout(qp.attr.timeout);
+  if (t) qp.req.retransmit_deadline = now + *t;
+  else qp.req.retransmit_deadline.reset();
+}
+
+// IBA 10.3.1.5: in SQD, once nothing is outstanding, the QP reports "send queue drained".
+void Engine::Impl::report_drained(Qp& qp) {
+  Requester& r = qp.req;
+  if (qp.attr.state != QpState::Sqd || r.drain_reported) return;
+  const bool outstanding = std::any_of(r.sq.begin(), r.sq.end(), [](const SendWqe& w) { return w.started; });
+  if (outstanding) return;
+  r.drain_reported = true;
+  host_.async_event({qp.qpn, AsyncEventType::SqDrained});
+}
+
+}  // namespace rrdma::rocev2

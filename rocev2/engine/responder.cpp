@@ -1,0 +1,494 @@
+// The responder (IBA 9.7.5.1, 9.8.3, 9.9.3): checks each request's PSN, opcode sequence,
+// length and access rights, executes it against memory, and answers: ACKs (coalesced, at
+// AckReq), READ responses, atomic ACKs, NAKs and RNR NAKs. UC executes the same way but
+// never answers; UD checks the Q_Key and fills the GRH area.
+#include <algorithm>
+#include <cstring>
+
+#include "rocev2/engine/engine_impl.h"
+
+namespace rrdma::rocev2 {
+
+namespace {
+
+std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
+  return length == 0 ? 1 : static_cast<std::uint32_t>((length + mtu - 1) / mtu);
+}
+
+Msn next(Msn m) { return Msn(m.value() + 1); }
+
+// IBA 9.4.1: a message carries at most 2^31 bytes.
+constexpr std::uint64_t kMaxMessage = std::uint64_t{1} << 31;
+
+}  // namespace
+
+void Engine::Impl::on_request(Qp& qp, const TransportPacket& p, const PacketSource& from, Instant now) {
+  if (qp.type == QpType::Ud) {
+    ud_request(qp, p, from);
+    return;
+  }
+  if (!qp.resp.comm_established) {
+    // IBA 11.6.3: the first packet received in RTR raises "communication established".
+    qp.resp.comm_established = true;
+    if (qp.attr.state == QpState::Rtr) host_.async_event({qp.qpn, AsyncEventType::CommEstablished});
+  }
+  if (qp.type == QpType::Rc) rc_request(qp, p, now);
+  else uc_request(qp, p);
+}
+
+void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p, Instant /*now*/) {
+  Responder& s = qp.resp;
+  const Psn psn = p.bth.psn;
+  if (psn.after(s.expected_psn)) {
+    // IBA 9.7.5.1.2 (C9-110..112 as rxe reads them): a PSN beyond the expected one means
+    // packets were lost. NAK once per gap with the expected PSN, then drop silently until
+    // it arrives, so one loss costs one NAK and one go-back-N.
+    ++counters_.out_of_sequence;
+    if (s.nak_sent_for_gap) {
+      observe(qp, p.bth, PacketDecision::OutOfSequenceDrop, "PSN gap already NAKed");
+      return;
+    }
+    s.nak_sent_for_gap = true;
+    ++counters_.naks_sent;
+    observe(qp, p.bth, PacketDecision::OutOfSequenceNak, "PSN beyond the expected one");
+    send_ack(qp, s.expected_psn, nak_syndrome(NakCode::PsnSequenceError), PacketDecision::Sent, "NAK PSN sequence error");
+    return;
+  }
+  if (psn.before(s.expected_psn)) {
+    ++counters_.duplicate_requests;
+    rc_duplicate(qp, p);
+    return;
+  }
+  s.nak_sent_for_gap = false;
+  const Verdict v = execute(qp, p);
+  switch (v.kind) {
+    case Verdict::Kind::Ok: break;
+    case Verdict::Kind::Rnr:
+      // IBA 9.7.5.2.8: the NAK carries our minimum RNR timer; the PSN stays expected.
+      ++counters_.rnr_naks_sent;
+      observe(qp, p.bth, PacketDecision::RnrNak, v.why);
+      send_ack(qp, psn, rnr_nak_syndrome(qp.attr.min_rnr_timer), PacketDecision::Sent, "RNR NAK");
+      return;
+    case Verdict::Kind::Nak: refuse(qp, p, v); return;
+    case Verdict::Kind::Drop: observe(qp, p.bth, PacketDecision::Dropped, v.why); return;
+  }
+  const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
+  observe(qp, p.bth, PacketDecision::Accepted, opcode_info(p.bth.opcode).name);
+  if (!f.has(OpcodeFlags::kSend) && !f.has(OpcodeFlags::kWrite)) return;  // answered already
+  // IBA 9.7.5.1.1 allows coalescing: one ACK covers every earlier PSN. We answer AckReq and
+  // otherwise at least every kPacketsPerAck packets.
+  ++s.packets_since_ack;
+  if (p.bth.ack_req || s.packets_since_ack >= kPacketsPerAck)
+    send_ack(qp, psn, ack_syndrome(), PacketDecision::Sent, "ACK");
+}
+
+// IBA 9.7.5.1.3-5: a duplicate request is answered again and never executed twice for its
+// side effects: SEND/WRITE are re-ACKed (C9-105), a READ is read again (it has none), an
+// atomic gets the result it had the first time from the replay cache.
+void Engine::Impl::rc_duplicate(Qp& qp, const TransportPacket& p) {
+  Responder& s = qp.resp;
+  const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
+  if (f.has(OpcodeFlags::kSend) || f.has(OpcodeFlags::kWrite)) {
+    if (!p.bth.ack_req) {
+      observe(qp, p.bth, PacketDecision::Duplicate, "duplicate without AckReq: dropped");
+      return;
+    }
+    observe(qp, p.bth, PacketDecision::Duplicate, "duplicate: ACK again");
+    send_ack(qp, s.expected_psn - 1, ack_syndrome(), PacketDecision::Sent, "ACK (duplicate)");
+    return;
+  }
+  if (f.has(OpcodeFlags::kReadRequest)) {
+    const Reth& reth = *p.reth;
+    const std::uint32_t n = packets_for(reth.dma_length, qp.attr.path_mtu);
+    std::optional<MrFacts> mr;
+    if (reth.dma_length > 0)
+      mr = check_remote(mrs_, qp.pd, reth.rkey, access::kRemoteRead, reth.virtual_address, reth.dma_length);
+    if (reth.dma_length > kMaxMessage || !(p.bth.psn + (n - 1)).before(s.expected_psn) ||
+        (reth.dma_length > 0 && !mr)) {
+      observe(qp, p.bth, PacketDecision::Dropped, "duplicate READ does not fit a past one");
+      return;
+    }
+    observe(qp, p.bth, PacketDecision::Duplicate, "duplicate READ: executed again");
+    send_read_responses(qp, mr ? &*mr : nullptr, reth.virtual_address, reth.dma_length, p.bth.psn, true);
+    return;
+  }
+  if (f.has(OpcodeFlags::kAtomic)) {
+    const ReplayEntry* e = recall(qp, p.bth.psn);
+    if (!e) {
+      observe(qp, p.bth, PacketDecision::Dropped, "duplicate atomic no longer in the replay cache");
+      return;
+    }
+    observe(qp, p.bth, PacketDecision::Duplicate, "duplicate atomic: saved result sent again");
+    send_atomic_ack(qp, p.bth.psn, e->original, true);
+    return;
+  }
+  observe(qp, p.bth, PacketDecision::Dropped, "duplicate of an unsupported request");
+}
+
+Verdict Engine::Impl::execute(Qp& qp, const TransportPacket& p) {
+  const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
+  if (f.has(OpcodeFlags::kFlush) || f.has(OpcodeFlags::kAtomicWrite))
+    return Verdict::invalid_request("IBA 1.5 FLUSH / ATOMIC_WRITE not supported");
+  if (Verdict v = check_sequence(qp, f); v.kind != Verdict::Kind::Ok) return v;
+  // IBA 9.7.5.1.3 (rxe: check_op_valid): the QP itself must allow the operation.
+  const std::uint32_t granted = qp.attr.access_flags;
+  if ((f.has(OpcodeFlags::kReadRequest) && !(granted & access::kRemoteRead)) ||
+      (f.has(OpcodeFlags::kWrite) && !(granted & access::kRemoteWrite)) ||
+      (f.has(OpcodeFlags::kAtomic) && !(granted & access::kRemoteAtomic)))
+    return Verdict::invalid_request("operation not enabled on the QP");
+  if (Verdict v = check_length(qp, p, f); v.kind != Verdict::Kind::Ok) return v;
+  if (f.has(OpcodeFlags::kSend)) return execute_send(qp, p, f);
+  if (f.has(OpcodeFlags::kWrite)) return execute_write(qp, p, f);
+  if (f.has(OpcodeFlags::kReadRequest)) return execute_read(qp, p);
+  if (f.has(OpcodeFlags::kAtomic)) return execute_atomic(qp, p);
+  return Verdict::invalid_request("not a request this QP executes");
+}
+
+// IBA 9.7.5.1.3 / C9-?: a message is FIRST MIDDLE* LAST or ONLY, never interleaved.
+Verdict Engine::Impl::check_sequence(const Qp& qp, OpcodeFlags f) const {
+  bool ok = false;
+  switch (qp.resp.in_progress) {
+    case Responder::InProgress::None: ok = f.has(OpcodeFlags::kStart); break;
+    case Responder::InProgress::Send: ok = f.has(OpcodeFlags::kSend) && !f.has(OpcodeFlags::kStart); break;
+    case Responder::InProgress::Write: ok = f.has(OpcodeFlags::kWrite) && !f.has(OpcodeFlags::kStart); break;
+  }
+  return ok ? Verdict::ok() : Verdict::invalid_request("opcode out of sequence");
+}
+
+// Every packet but the last of a message carries exactly one path MTU; the last carries
+// 1..MTU bytes, an ONLY 0..MTU (IBA 9.7.2.1, rxe: check_length).
+Verdict Engine::Impl::check_length(const Qp& qp, const TransportPacket& p, OpcodeFlags f) const {
+  if (!f.has(OpcodeFlags::kSend) && !f.has(OpcodeFlags::kWrite)) return Verdict::ok();
+  const std::size_t size = p.payload.size();
+  const std::size_t mtu = qp.attr.path_mtu;
+  const bool start = f.has(OpcodeFlags::kStart);
+  const bool end = f.has(OpcodeFlags::kEnd);
+  bool ok;
+  if (start && end) ok = size <= mtu;
+  else if (!end) ok = size == mtu;
+  else ok = size > 0 && size <= mtu;
+  return ok ? Verdict::ok() : Verdict::invalid_request("payload length breaks the MTU rule");
+}
+
+// Takes the next receive WQE (or the one a dropped UC message left behind) for a message.
+Verdict Engine::Impl::take_receive_wqe(Qp& qp) {
+  Responder& s = qp.resp;
+  if (s.recv_held) {
+    s.recv_held = false;
+  } else {
+    const RecvWr* wr = qp.rq->front();
+    if (!wr) return Verdict::rnr();
+    s.recv_wr_id = wr->wr_id;
+    const LocalCheck c = resolve_sges(mrs_, qp.pd, wr->sg_list, true, s.recv_sges);
+    qp.rq->pop();
+    s.in_progress = Responder::InProgress::Send;
+    s.recv_offset = 0;
+    if (c != LocalCheck::Ok) {
+      s.recv_sges.clear();
+      return Verdict::operational_error("receive WQE's memory not accessible", WcStatus::LocProtErr);
+    }
+  }
+  s.in_progress = Responder::InProgress::Send;
+  s.recv_offset = 0;
+  return Verdict::ok();
+}
+
+Verdict Engine::Impl::execute_send(Qp& qp, const TransportPacket& p, OpcodeFlags f) {
+  Responder& s = qp.resp;
+  if (f.has(OpcodeFlags::kStart)) {
+    if (Verdict v = take_receive_wqe(qp); v.kind != Verdict::Kind::Ok) return v;
+  }
+  if (s.recv_offset + p.payload.size() > total_length(s.recv_sges))
+    return Verdict::invalid_request("message longer than the receive buffer", WcStatus::LocLenErr);
+  if (!scatter(dma_, s.recv_sges, s.recv_offset, p.payload))
+    return Verdict::operational_error("receive buffer unwritable", WcStatus::LocProtErr);
+  s.recv_offset += p.payload.size();
+  s.expected_psn = p.bth.psn + 1;
+  if (!f.has(OpcodeFlags::kEnd)) return Verdict::ok();
+  Completion c;
+  c.wr_id = s.recv_wr_id;
+  c.opcode = WcOpcode::Recv;
+  c.byte_len = static_cast<std::uint32_t>(s.recv_offset);
+  c.solicited = p.bth.solicited;
+  if (p.imm) {
+    c.flags |= wc_flags::kWithImm;
+    c.imm_data = p.imm->value;
+  }
+  if (p.ieth) {
+    // IBA 10.6.7.2.5 / 9.4.1.1: SEND with Invalidate names an R_Key of our PD to retire.
+    if (!mrs_.invalidate_rkey(p.ieth->rkey, qp.pd))
+      return Verdict::invalid_request("R_Key cannot be invalidated");
+    c.flags |= wc_flags::kWithInv;
+    c.invalidated_rkey = p.ieth->rkey;
+  }
+  s.in_progress = Responder::InProgress::None;
+  s.msn = next(s.msn);
+  complete_recv(qp, c);
+  return Verdict::ok();
+}
+
+Verdict Engine::Impl::execute_write(Qp& qp, const TransportPacket& p, OpcodeFlags f) {
+  Responder& s = qp.resp;
+  const bool with_imm = f.has(OpcodeFlags::kConsumesReceive);
+  // A WRITE with immediate needs a receive WQE: look before writing, so that an RNR NAK
+  // leaves no trace and the retried packet finds everything as it was.
+  if (with_imm && !s.recv_held && !qp.rq->front()) return Verdict::rnr();
+  if (f.has(OpcodeFlags::kStart)) {
+    const Reth& reth = *p.reth;
+    if (reth.dma_length > kMaxMessage) return Verdict::invalid_request("DMA length above 2^31");
+    s.write_mr.reset();
+    // A zero-length WRITE needs no valid R_Key (IBA 9.7.5.1.3 / rxe check_rkey).
+    if (reth.dma_length > 0) {
+      s.write_mr = check_remote(mrs_, qp.pd, reth.rkey, access::kRemoteWrite, reth.virtual_address, reth.dma_length);
+      if (!s.write_mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
+    }
+    s.write_va = reth.virtual_address;
+    s.write_remaining = s.write_total = reth.dma_length;
+    s.in_progress = Responder::InProgress::Write;
+  }
+  const std::size_t size = p.payload.size();
+  if (size > s.write_remaining || (f.has(OpcodeFlags::kEnd) && size != s.write_remaining))
+    return Verdict::invalid_request("payload does not add up to the RETH length");
+  if (size > 0 && !dma_.write(*s.write_mr, s.write_va, p.payload))
+    return Verdict::operational_error("target memory unwritable", WcStatus::RemOpErr);
+  s.write_va += size;
+  s.write_remaining -= size;
+  s.expected_psn = p.bth.psn + 1;
+  if (!f.has(OpcodeFlags::kEnd)) return Verdict::ok();
+  s.in_progress = Responder::InProgress::None;
+  s.msn = next(s.msn);
+  if (!with_imm) return Verdict::ok();
+  Completion c;
+  if (s.recv_held) {
+    s.recv_held = false;
+    c.wr_id = s.recv_wr_id;
+  } else {
+    c.wr_id = qp.rq->front()->wr_id;
+    qp.rq->pop();
+  }
+  c.opcode = WcOpcode::RecvRdmaWithImm;
+  c.byte_len = static_cast<std::uint32_t>(s.write_total);
+  c.flags = wc_flags::kWithImm;
+  c.imm_data = p.imm->value;
+  c.solicited = p.bth.solicited;
+  complete_recv(qp, c);
+  return Verdict::ok();
+}
+
+Verdict Engine::Impl::execute_read(Qp& qp, const TransportPacket& p) {
+  Responder& s = qp.resp;
+  if (qp.attr.max_dest_rd_atomic == 0) return Verdict::invalid_request("no responder resources for READ");
+  const Reth& reth = *p.reth;
+  if (reth.dma_length > kMaxMessage) return Verdict::invalid_request("DMA length above 2^31");
+  std::optional<MrFacts> mr;
+  if (reth.dma_length > 0) {
+    mr = check_remote(mrs_, qp.pd, reth.rkey, access::kRemoteRead, reth.virtual_address, reth.dma_length);
+    if (!mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
+  }
+  // The READ occupies one PSN per response packet (IBA 9.7.4.1.3).
+  s.expected_psn = p.bth.psn + packets_for(reth.dma_length, qp.attr.path_mtu);
+  s.msn = next(s.msn);
+  remember(qp, {p.bth.psn, false, 0});
+  if (!send_read_responses(qp, mr ? &*mr : nullptr, reth.virtual_address, reth.dma_length, p.bth.psn, false))
+    return Verdict::operational_error("source memory unreadable", WcStatus::RemOpErr);
+  return Verdict::ok();
+}
+
+Verdict Engine::Impl::execute_atomic(Qp& qp, const TransportPacket& p) {
+  Responder& s = qp.resp;
+  if (qp.attr.max_dest_rd_atomic == 0) return Verdict::invalid_request("no responder resources for atomics");
+  const AtomicEth& a = *p.atomic_eth;
+  // IBA 9.4.5: the target of an atomic is a naturally aligned 64-bit word.
+  if (a.virtual_address % 8 != 0) return Verdict::invalid_request("atomic address not 8-byte aligned");
+  const std::optional<MrFacts> mr = check_remote(mrs_, qp.pd, a.rkey, access::kRemoteAtomic, a.virtual_address, 8);
+  if (!mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
+  // The engine runs one request at a time, so atomics are atomic with respect to each other
+  // on this responder; Dma makes each one a single atomic operation on memory.
+  const std::optional<std::uint64_t> original =
+      p.bth.opcode == Opcode::RcCompareSwap ? dma_.compare_swap(*mr, a.virtual_address, a.compare, a.swap_add)
+                                            : dma_.fetch_add(*mr, a.virtual_address, a.swap_add);
+  if (!original) return Verdict::operational_error("target memory unreachable", WcStatus::RemOpErr);
+  s.expected_psn = p.bth.psn + 1;
+  s.msn = next(s.msn);
+  remember(qp, {p.bth.psn, true, *original});
+  send_atomic_ack(qp, p.bth.psn, *original, false);
+  return Verdict::ok();
+}
+
+// READ responses FIRST (AETH) MIDDLE* LAST (AETH), or ONLY (AETH), as rxe sends them.
+bool Engine::Impl::send_read_responses(Qp& qp, const MrFacts* mr, std::uint64_t va, std::uint32_t length,
+                                       Psn first, bool duplicate) {
+  const std::uint32_t mtu = qp.attr.path_mtu;
+  const std::uint32_t n = packets_for(length, mtu);
+  for (std::uint32_t k = 0; k < n; ++k) {
+    TransportPacket out;
+    out.bth.opcode = n == 1 ? Opcode::RcReadResponseOnly
+                     : k == 0     ? Opcode::RcReadResponseFirst
+                     : k + 1 == n ? Opcode::RcReadResponseLast
+                                  : Opcode::RcReadResponseMiddle;
+    out.bth.dest_qp = qp.attr.dest_qpn;
+    out.bth.psn = first + k;
+    if (opcode_info(out.bth.opcode).flags.has(OpcodeFlags::kAeth)) out.aeth = Aeth{ack_syndrome(), qp.resp.msn};
+    const std::uint64_t offset = std::uint64_t{k} * mtu;
+    const std::size_t size = static_cast<std::size_t>(std::min<std::uint64_t>(mtu, length - offset));
+    std::span<std::uint8_t> payload(scratch_.data(), size);
+    if (size > 0 && !dma_.read(*mr, va + offset, payload)) return false;
+    out.payload = payload;
+    emit(qp, qp.attr.dest_ip, out, duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent,
+         opcode_info(out.bth.opcode).name);
+  }
+  qp.resp.packets_since_ack = 0;
+  return true;
+}
+
+void Engine::Impl::send_atomic_ack(Qp& qp, Psn psn, std::uint64_t original, bool duplicate) {
+  TransportPacket out;
+  out.bth.opcode = Opcode::RcAtomicAck;
+  out.bth.dest_qp = qp.attr.dest_qpn;
+  out.bth.psn = psn;
+  out.aeth = Aeth{ack_syndrome(), qp.resp.msn};
+  out.atomic_ack_eth = AtomicAckEth{original};
+  emit(qp, qp.attr.dest_ip, out, duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent, "ATOMIC_ACKNOWLEDGE");
+  qp.resp.packets_since_ack = 0;
+}
+
+void Engine::Impl::send_ack(Qp& qp, Psn psn, std::uint8_t syndrome, PacketDecision d, std::string_view why) {
+  TransportPacket out;
+  out.bth.opcode = Opcode::RcAck;
+  out.bth.dest_qp = qp.attr.dest_qpn;
+  out.bth.psn = psn;
+  out.aeth = Aeth{syndrome, qp.resp.msn};
+  emit(qp, qp.attr.dest_ip, out, d, why);
+  qp.resp.packets_since_ack = 0;
+}
+
+// A request the responder cannot execute (IBA 9.9.3.1, error classes B-D): NAK it with
+// its own PSN, fail the receive WQE it consumed, and put the QP in the error state.
+void Engine::Impl::refuse(Qp& qp, const TransportPacket& p, const Verdict& v) {
+  Responder& s = qp.resp;
+  const PacketDecision d = v.code == NakCode::RemoteAccessError        ? PacketDecision::AccessErrorNak
+                           : v.code == NakCode::RemoteOperationalError ? PacketDecision::OperationalErrorNak
+                                                                       : PacketDecision::InvalidRequestNak;
+  ++counters_.naks_sent;
+  observe(qp, p.bth, d, v.why);
+  send_ack(qp, p.bth.psn, nak_syndrome(v.code), PacketDecision::Sent, "NAK");
+  if (s.in_progress == Responder::InProgress::Send) {
+    Completion c;
+    c.wr_id = s.recv_wr_id;
+    c.status = v.recv_status;
+    c.opcode = WcOpcode::Recv;
+    complete_recv(qp, c);
+  }
+  s.in_progress = Responder::InProgress::None;
+  enter_error(qp, v.why, v.event);
+}
+
+void Engine::Impl::remember(Qp& qp, ReplayEntry e) {
+  Responder& s = qp.resp;
+  s.replay[s.replay_next] = e;
+  s.replay_next = (s.replay_next + 1) % s.replay.size();
+  s.replay_count = std::min(s.replay_count + 1, s.replay.size());
+}
+
+const ReplayEntry* Engine::Impl::recall(const Qp& qp, Psn psn) const {
+  const Responder& s = qp.resp;
+  for (std::size_t i = 0; i < s.replay_count; ++i) {
+    const ReplayEntry& e = s.replay[i];
+    if (e.atomic && e.psn == psn) return &e;
+  }
+  return nullptr;
+}
+
+// IBA 9.8.3: UC keeps no retry state. A PSN gap or any error loses the message in
+// progress; the receive WQE it was filling is kept for the next message.
+void Engine::Impl::abort_uc_message(Qp& qp) {
+  Responder& s = qp.resp;
+  if (s.in_progress == Responder::InProgress::None) return;
+  ++counters_.uc_messages_dropped;
+  if (s.in_progress == Responder::InProgress::Send) s.recv_held = true;
+  s.in_progress = Responder::InProgress::None;
+}
+
+void Engine::Impl::uc_request(Qp& qp, const TransportPacket& p) {
+  Responder& s = qp.resp;
+  const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
+  const Psn psn = p.bth.psn;
+  if (psn != s.expected_psn || s.uc_dropping) {
+    if (psn != s.expected_psn) abort_uc_message(qp);
+    s.expected_psn = psn + 1;
+    if (!f.has(OpcodeFlags::kStart)) {
+      s.uc_dropping = true;
+      observe(qp, p.bth, PacketDecision::UcMessageDropped, "UC: rest of a broken message");
+      return;
+    }
+    s.uc_dropping = false;
+    s.expected_psn = psn;
+  }
+  // An opcode out of sequence at the expected PSN also loses the message (IBA 9.8.3).
+  // A FIRST/ONLY while a message is open means its end was lost: drop the open one.
+  if (f.has(OpcodeFlags::kStart)) abort_uc_message(qp);
+  const Verdict v = execute(qp, p);
+  if (v.kind == Verdict::Kind::Ok) {
+    observe(qp, p.bth, PacketDecision::Accepted, opcode_info(p.bth.opcode).name);
+    return;
+  }
+  // UC never answers: what RC would NAK or RNR-NAK silently drops the message.
+  abort_uc_message(qp);
+  s.uc_dropping = !f.has(OpcodeFlags::kEnd);
+  s.expected_psn = psn + 1;
+  ++counters_.uc_messages_dropped;
+  observe(qp, p.bth, PacketDecision::UcMessageDropped, v.why);
+}
+
+// UD (IBA 9.8.4, 10.2.5): one-packet messages, Q_Key checked, no answer ever. The first 40
+// bytes of the receive buffer take the GRH; over RoCE v2/IPv4, rxe writes 20 zero bytes and
+// the packet's IPv4 header there and reports IBV_WC_GRH.
+void Engine::Impl::ud_request(Qp& qp, const TransportPacket& p, const PacketSource& from) {
+  constexpr std::size_t kGrhLength = 40;
+  constexpr std::size_t kIpv4HeaderLength = 20;
+  if (p.deth->qkey != qp.attr.qkey) {
+    ++counters_.qkey_mismatch;
+    observe(qp, p.bth, PacketDecision::Dropped, "Q_Key mismatch");
+    return;
+  }
+  if (p.payload.size() > qp.attr.path_mtu) {
+    ++counters_.bad_header;
+    observe(qp, p.bth, PacketDecision::Dropped, "UD payload above the path MTU");
+    return;
+  }
+  const RecvWr* wr = qp.rq->front();
+  if (!wr) {
+    observe(qp, p.bth, PacketDecision::Dropped, "no receive WQE (UD drops silently)");
+    return;
+  }
+  Completion c;
+  c.wr_id = wr->wr_id;
+  c.opcode = WcOpcode::Recv;
+  std::vector<ResolvedSge> sges;
+  const LocalCheck check = resolve_sges(mrs_, qp.pd, wr->sg_list, true, sges);
+  qp.rq->pop();
+  const std::size_t need = kGrhLength + p.payload.size();
+  std::array<std::uint8_t, kGrhLength> grh{};
+  if (from.ipv4_header.size() >= kIpv4HeaderLength)
+    std::copy_n(from.ipv4_header.begin(), kIpv4HeaderLength, grh.begin() + (kGrhLength - kIpv4HeaderLength));
+  if (check != LocalCheck::Ok) {
+    c.status = WcStatus::LocProtErr;
+  } else if (total_length(sges) < need) {
+    c.status = WcStatus::LocLenErr;
+  } else if (!scatter(dma_, sges, 0, grh) || !scatter(dma_, sges, kGrhLength, p.payload)) {
+    c.status = WcStatus::LocProtErr;
+  }
+  c.byte_len = static_cast<std::uint32_t>(need);
+  c.flags = wc_flags::kGrh;
+  if (p.imm) {
+    c.flags |= wc_flags::kWithImm;
+    c.imm_data = p.imm->value;
+  }
+  c.src_qp = p.deth->src_qp;
+  c.src_ip = from.ip;
+  c.solicited = p.bth.solicited;
+  observe(qp, p.bth, c.status == WcStatus::Success ? PacketDecision::Accepted : PacketDecision::Dropped, "UD SEND");
+  complete_recv(qp, c);
+}
+
+}  // namespace rrdma::rocev2
