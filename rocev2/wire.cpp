@@ -125,6 +125,7 @@ std::string_view to_string(EmitError e) {
     case EmitError::unexpected_payload: return "unexpected payload";
     case EmitError::bad_pad_count: return "bad pad count";
     case EmitError::buffer_too_small: return "buffer too small";
+    case EmitError::too_long: return "too long";
   }
   return "?";
 }
@@ -230,11 +231,15 @@ class HeaderWriter {
 }  // namespace
 
 EmitError emit_transport_headers(const TransportPacket& p, MutableByteSpan out) {
+  return emit_transport_headers(p, p.payload.size(), out);
+}
+
+EmitError emit_transport_headers(const TransportPacket& p, std::size_t payload_length, MutableByteSpan out) {
   using F = OpcodeFlags;
   const OpcodeInfo info = opcode_info(p.bth.opcode);
   if (!info.flags.has(F::kValid)) return EmitError::unknown_opcode;
-  if (!p.payload.empty() && !info.flags.has(F::kPayload)) return EmitError::unexpected_payload;
-  if (p.bth.pad_count != pad_count_for(p.payload.size())) return EmitError::bad_pad_count;
+  if (payload_length != 0 && !info.flags.has(F::kPayload)) return EmitError::unexpected_payload;
+  if (p.bth.pad_count != pad_count_for(payload_length)) return EmitError::bad_pad_count;
   if (out.size() < info.header_length) return EmitError::buffer_too_small;
 
   emit(p.bth, out);

@@ -225,6 +225,7 @@ enum class EmitError : std::uint8_t {
   unexpected_payload, // payload on an opcode that carries none
   bad_pad_count,      // bth.pad_count != pad_count_for(payload.size())
   buffer_too_small,
+  too_long,           // the frame would exceed the IPv4 total length of 65535
 };
 std::string_view to_string(EmitError e);
 
@@ -232,6 +233,8 @@ std::string_view to_string(EmitError e);
 // `out`. The payload, pad and ICRC are the caller's (see encap.h), so that payload can be
 // gathered from memory without an intermediate copy.
 EmitError emit_transport_headers(const TransportPacket& p, MutableByteSpan out);
+// The same for a payload of `payload_length` bytes that is not (yet) in p.payload.
+EmitError emit_transport_headers(const TransportPacket& p, std::size_t payload_length, MutableByteSpan out);
 // Headers, payload and zero pad (transport_length(p) - kIcrcLength bytes); no ICRC.
 EmitError emit_transport(const TransportPacket& p, MutableByteSpan out);
 

@@ -1,0 +1,138 @@
+// RoCE v2 over UDP/IPv4 (IBA Annex A17.4): how an IB transport packet travels in an
+// Ethernet frame, and the whole-frame builder and parser/verifier.
+//
+//   Ethernet (0x0800) | IPv4 (20 B, DF, TTL 64, TOS 0, protocol 17) |
+//   UDP (destination 4791, checksum 0, source port chosen per QP pair) |
+//   BTH | extension headers | payload | pad | ICRC (4 B, little-endian)
+//
+// The Ethernet, IPv4 and UDP layers are the stack's views and values (stack/); this file
+// only fixes the values RoCE v2 puts in them and checks them on receive.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "rocev2/packet.h"
+#include "rocev2/wire.h"
+#include "stack/addresses.h"
+#include "stack/ethernet.h"
+#include "stack/ipv4.h"
+#include "stack/udp.h"
+
+namespace rrdma::rocev2 {
+
+inline constexpr std::uint8_t kRoceTtl = 64;
+// IBA A17.4 reserves 0xC000-0xFFFF for RoCE v2 source ports used for flow entropy.
+inline constexpr std::uint16_t kUdpSourcePortMin = 0xC000;
+inline constexpr std::size_t kFrameHeadersLength =
+    stack::EthernetHeader::length() + stack::Ipv4Header::length() + stack::UdpHeader::length();
+
+// --- The UDP source port -------------------------------------------------------------
+// Routers hash the 5-tuple to pick among equal-cost paths (ECMP); RoCE v2 varies the
+// source port per flow for that, and keeps it fixed within a QP pair so that a connection's
+// packets stay in order on one path. We follow Linux 6.1 rxe, checked against the captures
+// (docs/WIRE.md):
+
+// The IPv6 flow label rdma-core/Linux derive from a QP pair when the AH gives none
+// (rdma_calc_flow_label in include/rdma/ib_verbs.h): the 20-bit fold of lqpn * rqpn.
+// Symmetric, so both ends of an RC/UC connection compute the same label.
+constexpr std::uint32_t flow_label_for(Qpn local, Qpn remote) {
+  std::uint64_t fl = std::uint64_t{local.value()} * remote.value();
+  fl ^= fl >> 20;
+  fl ^= fl >> 40;
+  return static_cast<std::uint32_t>(fl & 0xF'FFFF);
+}
+
+// The 20-bit flow label folded into a port in 0xC000-0xFFFF: the low 14 bits XOR the high
+// 6 (rdma_flow_label_to_udp_sport).
+constexpr std::uint16_t udp_source_port_for_flow_label(std::uint32_t flow_label) {
+  const std::uint32_t low = flow_label & 0x3FFF;
+  const std::uint32_t high = (flow_label & 0xF'C000) >> 14;
+  return static_cast<std::uint16_t>((low ^ high) | kUdpSourcePortMin);
+}
+
+// RC and UC: what rxe sets when the QP is given its address vector (modify to RTR):
+// the AH's flow label if non-zero, else the label of the QP pair (rdma_get_udp_sport).
+constexpr std::uint16_t udp_source_port_connected(Qpn local, Qpn remote, std::uint32_t ah_flow_label = 0) {
+  return udp_source_port_for_flow_label(ah_flow_label != 0 ? ah_flow_label : flow_label_for(local, remote));
+}
+
+// UD (and any QP before it has an address vector): rxe picks the port at QP creation as
+// 0xC000 + the 14-bit multiplicative hash of the QPN (hash_32(qpn, 14), golden ratio 2^32/phi).
+constexpr std::uint16_t udp_source_port_datagram(Qpn local) {
+  constexpr std::uint32_t kGoldenRatio32 = 0x61C88647;
+  const std::uint32_t hash = (local.value() * kGoldenRatio32) >> (32 - 14);
+  return static_cast<std::uint16_t>(kUdpSourcePortMin + (hash & 0x3FFF));
+}
+
+// --- Frames ----------------------------------------------------------------------------
+
+// Everything below the BTH. The length fields of ipv4 and udp are ignored on emit (the
+// packet decides them) and set on parse.
+struct RoceHeaders {
+  stack::EthernetHeader ethernet;
+  stack::Ipv4Header ipv4;
+  stack::UdpHeader udp;
+  bool operator==(const RoceHeaders&) const = default;
+};
+
+// The headers RoCE v2 prescribes between two endpoints: DF, TTL 64, TOS 0, UDP/4791.
+// `identification` is the IPv4 ID; with DF set it only needs to differ between packets
+// in flight (RFC 6864), rxe (through Linux's IP layer) counts it up per packet.
+RoceHeaders roce_headers(stack::MacAddress source_mac, stack::MacAddress destination_mac,
+                         stack::Ipv4Address source_ip, stack::Ipv4Address destination_ip,
+                         std::uint16_t udp_source_port, std::uint16_t identification = 0);
+
+// The frame length of a packet with this many payload bytes (pad and ICRC included).
+std::size_t frame_length(const TransportPacket& p, std::size_t payload_length);
+inline std::size_t frame_length(const TransportPacket& p) { return frame_length(p, p.payload.size()); }
+// Where the payload starts in the frame.
+std::size_t frame_payload_offset(const TransportPacket& p);
+
+// Builds a whole frame at the start of `out` (frame_length(p) bytes): headers, payload,
+// zero pad, ICRC. The IPv4 header checksum is computed; the UDP checksum is 0.
+EmitError build_frame(const RoceHeaders& h, const TransportPacket& p, MutableByteSpan out);
+
+// The same in two steps, for a payload gathered straight into the frame: write the
+// headers for `payload_length` bytes of payload (p.payload and p.bth.pad_count are ignored:
+// the pad count is set from payload_length), copy the payload to frame_payload_offset(p),
+// then seal_frame() the frame_length(p, payload_length) bytes.
+EmitError emit_frame_headers(const RoceHeaders& h, const TransportPacket& p, std::size_t payload_length,
+                             MutableByteSpan out);
+// Zeroes the pad and writes the ICRC of a frame laid out by emit_frame_headers.
+void seal_frame(MutableByteSpan frame);
+
+// Why a frame is not an acceptable RoCE v2 packet, in the order the checks run.
+enum class FrameError : std::uint8_t {
+  none,
+  not_ipv4,            // truncated Ethernet header or EtherType other than IPv4
+  bad_ipv4,            // stack::Ipv4View refused it (truncated, version, IHL, total length)
+  bad_ipv4_checksum,
+  ipv4_fragment,       // RoCE v2 is never fragmented (DF); we do not reassemble
+  not_udp,
+  bad_udp,             // stack::UdpView refused it (truncated, length)
+  not_roce_port,       // UDP destination port other than 4791
+  bad_transport,       // parse_transport refused it: see RoceFrameCheck::transport
+  bad_icrc,
+};
+std::string_view to_string(FrameError e);
+
+struct RoceFrame {
+  RoceHeaders headers;
+  TransportPacket packet;  // payload borrows from the frame
+  std::uint32_t icrc = 0;
+};
+
+struct RoceFrameCheck {
+  FrameError error = FrameError::none;
+  TransportError transport = TransportError::none;  // the reason when error == bad_transport
+  bool ok() const { return error == FrameError::none; }
+};
+
+// Parses and verifies one Ethernet frame (Ethernet padding allowed; the UDP checksum is
+// not checked: RoCE v2 senders put 0 there and the ICRC covers the datagram). On success
+// `out` holds every layer; otherwise it is unspecified.
+RoceFrameCheck parse_frame(ByteSpan frame, RoceFrame& out);
+
+}  // namespace rrdma::rocev2

@@ -1,0 +1,242 @@
+// RoCE v2 encapsulation: the UDP source port rule against the captures, whole frames built
+// and parsed, every rxe frame rebuilt byte for byte, and hostile frames.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+#include "rocev2/encap.h"
+#include "rocev2/icrc.h"
+#include "tests/rocev2/rxe_captures.h"
+
+namespace rrdma::rocev2 {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+constexpr std::size_t kUdpChecksumAt = 14 + 20 + 6;
+constexpr std::size_t kBthEcnAt = 14 + 20 + 8 + 4;
+
+TEST_CASE("Source port: the rxe captures use the rxe formulas", "[encap][golden]") {
+  // Both hosts' QPs were QPN 0x11 in every capture (tshark: DestQP 0x000011, DETH src QP 0x11).
+  for (const test::RxeFrame& f : test::all_rxe_frames()) {
+    INFO(f.capture << " frame " << f.index + 1);
+    RoceFrame r;
+    REQUIRE(parse_frame(f.bytes, r).ok());
+    const std::uint16_t port = r.headers.udp.source_port;
+    if (r.packet.deth) {
+      CHECK(port == udp_source_port_datagram(r.packet.deth->src_qp));
+    } else {
+      CHECK(port == udp_source_port_connected(Qpn{0x11}, r.packet.bth.dest_qp));
+    }
+  }
+  CHECK(udp_source_port_connected(Qpn{0x11}, Qpn{0x11}) == 49441);  // rc_pingpong's port
+  CHECK(udp_source_port_datagram(Qpn{0x11}) == 57236);             // ud_pingpong's port
+}
+
+TEST_CASE("Source port: same both ways for a QP pair, always in 0xC000-0xFFFF", "[encap]") {
+  std::mt19937 rng(1);
+  for (int i = 0; i < 10000; ++i) {
+    const Qpn a{static_cast<std::uint32_t>(rng())}, b{static_cast<std::uint32_t>(rng())};
+    const std::uint16_t p = udp_source_port_connected(a, b);
+    CHECK(p == udp_source_port_connected(b, a));
+    CHECK(p >= 0xC000);
+    CHECK(udp_source_port_datagram(a) >= 0xC000);
+  }
+  // The AH's flow label wins over the QP pair's; label bits 14-19 fold onto bits 0-5.
+  CHECK(udp_source_port_connected(Qpn{1}, Qpn{2}, 0x0C005) == (0xC000 | (0x0005 ^ 0x3)));
+  CHECK(flow_label_for(Qpn{0x100000}, Qpn{0x100000}) == ((0x10000000000ull ^ (0x10000000000ull >> 20) ^
+                                                          (0x10000000000ull >> 40)) & 0xFFFFF));
+}
+
+TEST_CASE("Golden: every rxe frame parses, verifies, and is rebuilt byte for byte", "[encap][golden]") {
+  for (const test::RxeFrame& f : test::all_rxe_frames()) {
+    INFO(f.capture << " frame " << f.index + 1);
+    RoceFrame r;
+    const RoceFrameCheck c = parse_frame(f.bytes, r);
+    REQUIRE(c.error == FrameError::none);
+    CHECK(r.headers.ipv4.ttl == 64);
+    CHECK(r.headers.ipv4.dscp == 0);
+    CHECK(r.headers.ipv4.ecn == 0);
+    CHECK(r.headers.ipv4.dont_fragment);
+    CHECK(r.headers.udp.destination_port == 4791);
+    CHECK(f.bytes[kUdpChecksumAt] == 0);
+    CHECK(f.bytes[kUdpChecksumAt + 1] == 0);
+    CHECK_FALSE(r.packet.bth.mig_req);
+    REQUIRE(frame_length(r.packet) == f.bytes.size());
+    Bytes out(f.bytes.size(), 0xEE);
+    REQUIRE(build_frame(r.headers, r.packet, out) == EmitError::none);
+    CHECK(out == f.bytes);
+  }
+}
+
+TEST_CASE("The ConnectX-4 Lx CNP parses as a frame", "[encap]") {
+  const Bytes cnp{0xe4, 0x1d, 0x2d, 0xab, 0x2b, 0xc2, 0x7c, 0xfe, 0x90, 0x64, 0x3b, 0x32, 0x08, 0x00, 0x45, 0xc2,
+                  0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0x91, 0x61, 0x0a, 0x00, 0x11, 0x01, 0x0a, 0x00,
+                  0x12, 0x01, 0x00, 0x00, 0x12, 0xb7, 0x00, 0x28, 0x00, 0x00, 0x81, 0x00, 0xff, 0xff, 0x40, 0x00,
+                  0x01, 0x18, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+                  0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x82, 0xfd, 0x00, 0x2a};
+  RoceFrame r;
+  REQUIRE(parse_frame(cnp, r).ok());
+  CHECK(r.packet.bth.opcode == Opcode::Cnp);
+  CHECK(r.packet.bth.becn);
+  CHECK(r.packet.bth.dest_qp == Qpn{0x118});
+  CHECK(r.packet.payload.size() == kCnpPayloadLength);
+  CHECK(r.headers.udp.source_port == 0);  // ConnectX-4 Lx CNPs do not use the 0xC000 range
+  CHECK(r.headers.ipv4.dscp == 0x30);     // DSCP 48, ECN 2: a CNP priority, set by the NIC
+  CHECK(r.icrc == 0x2a00fd82);
+}
+
+RoceHeaders test_headers() {
+  return roce_headers(stack::MacAddress{{2, 0, 0, 0, 0, 1}}, stack::MacAddress{{2, 0, 0, 0, 0, 2}},
+                      stack::Ipv4Address{0x0A320001}, stack::Ipv4Address{0x0A320002},
+                      udp_source_port_connected(Qpn{0x12}, Qpn{0x34}), 7);
+}
+
+TEST_CASE("build_frame: RoCE v2 header values, then parse_frame gives the packet back", "[encap]") {
+  const Bytes payload{1, 2, 3, 4, 5, 6, 7};
+  TransportPacket p;
+  p.bth.opcode = Opcode::RcSendOnlyImm;
+  p.bth.dest_qp = Qpn{0x34};
+  p.bth.psn = Psn{0xFFFFFF};
+  p.bth.ack_req = true;
+  p.imm = ImmDt{0x11223344};
+  p.payload = payload;  // pad_count left 0: the frame builder derives it
+  Bytes out(frame_length(p));
+  REQUIRE(out.size() == 14 + 20 + 8 + 12 + 4 + 7 + 1 + 4);
+  REQUIRE(build_frame(test_headers(), p, out) == EmitError::none);
+
+  CHECK(out[12] == 0x08);
+  CHECK(out[13] == 0x00);
+  CHECK(out[14] == 0x45);
+  CHECK(out[15] == 0x00);                           // TOS 0
+  CHECK(load_be16(out, 16) == out.size() - 14);     // IPv4 total length
+  CHECK(load_be16(out, 18) == 7);                   // identification
+  CHECK(load_be16(out, 20) == 0x4000);              // DF, offset 0
+  CHECK(out[22] == 64);                             // TTL
+  CHECK(out[23] == 17);                             // UDP
+  CHECK(load_be16(out, 34) == udp_source_port_connected(Qpn{0x12}, Qpn{0x34}));
+  CHECK(load_be16(out, 36) == 4791);
+  CHECK(load_be16(out, 38) == out.size() - 34);     // UDP length
+  CHECK(load_be16(out, 40) == 0);                   // UDP checksum
+  CHECK(((out[43] >> 4) & 3) == 1);                 // PadCnt
+  CHECK(out[out.size() - 5] == 0);                  // the pad byte
+
+  RoceFrame r;
+  REQUIRE(parse_frame(out, r).ok());
+  CHECK(r.packet.bth.pad_count == 1);
+  CHECK(r.packet.imm == p.imm);
+  CHECK(Bytes(r.packet.payload.begin(), r.packet.payload.end()) == payload);
+  CHECK(r.headers.ipv4.ttl == 64);
+  CHECK(r.headers.ipv4.dont_fragment);
+  CHECK(r.headers.ethernet == test_headers().ethernet);
+  CHECK(verify_icrc(ByteSpan(out).subspan(14)) == IcrcError::none);
+}
+
+TEST_CASE("Gathered payload: emit_frame_headers + copy + seal_frame equals build_frame", "[encap]") {
+  for (std::size_t len : {0u, 1u, 2u, 3u, 4u, 1023u, 1024u}) {
+    Bytes payload(len);
+    for (std::size_t i = 0; i < len; ++i) payload[i] = static_cast<std::uint8_t>(i * 7);
+    TransportPacket p;
+    p.bth.opcode = Opcode::RcWriteOnly;
+    p.reth = Reth{0x1000, Rkey{0x42}, static_cast<std::uint32_t>(len)};
+    p.payload = payload;
+    Bytes whole(frame_length(p));
+    REQUIRE(build_frame(test_headers(), p, whole) == EmitError::none);
+
+    TransportPacket headers_only = p;
+    headers_only.payload = {};
+    Bytes gathered(frame_length(headers_only, len), 0xEE);  // junk where the pad goes
+    REQUIRE(emit_frame_headers(test_headers(), headers_only, len, gathered) == EmitError::none);
+    std::copy(payload.begin(), payload.end(), gathered.begin() + static_cast<std::ptrdiff_t>(frame_payload_offset(p)));
+    seal_frame(gathered);
+    CHECK(gathered == whole);
+  }
+}
+
+TEST_CASE("build_frame refuses what it cannot send", "[encap]") {
+  TransportPacket p;
+  p.bth.opcode = Opcode::RcSendOnly;
+  Bytes out(100);
+  CHECK(build_frame(test_headers(), p, std::span(out).first(frame_length(p) - 1)) == EmitError::buffer_too_small);
+  p.bth.opcode = Opcode::RcAck;
+  CHECK(build_frame(test_headers(), p, out) == EmitError::missing_header);
+  p.bth.opcode = static_cast<Opcode>(0x1E);
+  CHECK(build_frame(test_headers(), p, out) == EmitError::unknown_opcode);
+  const Bytes huge(65535 - 20 - 8 - 12 - 4 + 1);
+  p.bth.opcode = Opcode::RcSendOnly;
+  p.payload = huge;
+  CHECK(build_frame(test_headers(), p, out) == EmitError::too_long);
+}
+
+TEST_CASE("A flipped bit anywhere past the Ethernet header is refused, except in masked unchecked fields",
+          "[encap]") {
+  for (const char* name : test::kRxeCaptures) {
+    Bytes f = test::rxe_frame(name, 2);
+    INFO(name);
+    RoceFrame r;
+    REQUIRE(parse_frame(f, r).ok());
+    for (std::size_t at = 14; at < f.size(); ++at) {
+      for (int b = 0; b < 8; ++b) {
+        f[at] ^= static_cast<std::uint8_t>(1u << b);
+        const RoceFrameCheck c = parse_frame(f, r);
+        f[at] ^= static_cast<std::uint8_t>(1u << b);
+        INFO("byte " << at << " bit " << b << ": " << to_string(c.error));
+        // The UDP checksum is neither checked nor in the ICRC; FECN/BECN/reserved only masked.
+        const bool harmless = at == kUdpChecksumAt || at == kUdpChecksumAt + 1 || at == kBthEcnAt;
+        REQUIRE(c.ok() == harmless);
+      }
+    }
+  }
+}
+
+TEST_CASE("Hostile: a lying pad count with a valid ICRC is refused", "[encap][hostile]") {
+  TransportPacket ack;
+  ack.bth.opcode = Opcode::RcAck;
+  ack.aeth = Aeth{0x1F, Msn{1}};
+  Bytes f(frame_length(ack));
+  REQUIRE(build_frame(test_headers(), ack, f) == EmitError::none);
+  f[14 + 20 + 8 + 1] |= 0x30;  // PadCnt 3 with no payload
+  seal_frame(f);               // a sender that lies consistently
+  RoceFrame r;
+  const RoceFrameCheck c = parse_frame(f, r);
+  CHECK(c.error == FrameError::bad_transport);
+  CHECK(c.transport == TransportError::bad_pad_count);
+}
+
+TEST_CASE("Hostile: every truncation of every rxe frame is refused", "[encap][hostile]") {
+  for (const test::RxeFrame& f : test::all_rxe_frames()) {
+    for (std::size_t n = 0; n < f.bytes.size(); ++n) {
+      const Bytes cut(f.bytes.begin(), f.bytes.begin() + static_cast<std::ptrdiff_t>(n));
+      RoceFrame r;
+      const RoceFrameCheck c = parse_frame(cut, r);
+      REQUIRE_FALSE(c.ok());
+      REQUIRE(c.error == (n < 14 ? FrameError::not_ipv4 : FrameError::bad_ipv4));
+    }
+  }
+}
+
+TEST_CASE("Hostile: mutated rxe frames and random bytes never escape their buffer", "[encap][hostile]") {
+  std::mt19937 rng(4791);
+  const auto& frames = test::all_rxe_frames();
+  for (int i = 0; i < 100000; ++i) {
+    Bytes f = frames[rng() % frames.size()].bytes;
+    if (i % 4 == 0) {
+      f.resize(rng() % 128);
+      for (auto& x : f) x = static_cast<std::uint8_t>(rng());
+    } else {
+      const int flips = 1 + static_cast<int>(rng() % 8);
+      for (int k = 0; k < flips; ++k) f[rng() % f.size()] = static_cast<std::uint8_t>(rng());
+      if (i % 3 == 0) seal_frame(f);  // re-seal so that the parser gets past the ICRC
+      f.resize(f.size() + rng() % 8);  // Ethernet padding
+    }
+    RoceFrame r;
+    if (parse_frame(f, r).ok()) {
+      REQUIRE(r.packet.payload.data() >= f.data());
+      REQUIRE(r.packet.payload.data() + r.packet.payload.size() <= f.data() + f.size());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rrdma::rocev2
