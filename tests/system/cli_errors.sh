@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Every error of the CLI is one line on stderr and a non-zero exit, and leaves nothing
+# behind: no interface, no bridge, no /run/rrdma file, no daemon. A running vnic is not
+# disturbed by a failed `up` that names it.
+source "$(dirname "$0")/lib.sh"
+init_test e
+require_system
+
+BR="${PREFIX}b"
+VNIC="${PREFIX}v"
+make_bridge "$BR"
+# Every name a command below might wrongly accept, so that cleanup removes it then too.
+long_name="${PREFIX}0123456789abcdef"   # longer than the 15 characters of IFNAMSIZ
+for name in "${PREFIX}m" "${PREFIX}a" "${PREFIX}n" "${PREFIX}u" "${long_name:0:15}" "../${PREFIX}s"; do
+  register_vnic "$name"
+done
+register_link "${PREFIX}x"
+
+# expect_nothing_of NAME [BRIDGE]: the failed command left no trace.
+expect_nothing_of() {
+  expect_vnic_gone "$1"
+  if [[ -n "${2:-}" ]]; then
+    ! link_exists "$2" || fail "a failed command left bridge $2"
+  fi
+}
+
+log "a second up with a name in use"
+vnic_up "$VNIC" --ip "$NET.10/24" --bridge "$BR"
+pid=$(cat "$RUN_DIR/$VNIC.pid")
+expect_one_line_error "second up of $VNIC" \
+  "$RRDMA_VNIC" up --name "$VNIC" --ip "$NET.11/24" --bridge "$BR"
+expect_eq "$(cat "$RUN_DIR/$VNIC.pid" 2>/dev/null)" "$pid" "pid of the running $VNIC after the failed up"
+pid_alive "$pid" || fail "the failed up stopped the running daemon"
+status_snapshot "$VNIC" "$TMPD/status.json"
+json_value "$TMPD/status.json" ip
+expect_eq "${VALUE%/*}" "$NET.10" "address of the running $VNIC after the failed up"
+
+log "a bridge that does not exist, without --create-bridge"
+name="${PREFIX}m"
+expect_one_line_error "up on a missing bridge" \
+  "$RRDMA_VNIC" up --name "$name" --ip "$NET.12/24" --bridge "${PREFIX}x"
+expect_nothing_of "$name" "${PREFIX}x"
+
+log "malformed addresses"
+name="${PREFIX}a"
+for bad in "$NET.300/24" "$NET.12/33" "$NET/24" "abc/24" "$NET.12/" "$NET.12/24/8" \
+           "$NET.12/-1" "$NET.12 /24" "" "$NET.12/24x"; do
+  expect_one_line_error "up --ip '$bad'" "$RRDMA_VNIC" up --name "$name" --ip "$bad" --bridge "$BR"
+  expect_nothing_of "$name"
+done
+
+log "malformed MAC, MTU, gateway and names"
+expect_one_line_error "up --mac zz" \
+  "$RRDMA_VNIC" up --name "$name" --ip "$NET.12/24" --mac "zz:00:00:00:00:01" --bridge "$BR"
+expect_nothing_of "$name"
+for mtu in 0 99999 abc; do
+  expect_one_line_error "up --mtu $mtu" \
+    "$RRDMA_VNIC" up --name "$name" --ip "$NET.12/24" --mtu "$mtu" --bridge "$BR"
+  expect_nothing_of "$name"
+done
+expect_one_line_error "up --gateway 1.2.3" \
+  "$RRDMA_VNIC" up --name "$name" --ip "$NET.12/24" --gateway 1.2.3 --bridge "$BR"
+expect_nothing_of "$name"
+expect_one_line_error "up with a ${#long_name}-character name" \
+  "$RRDMA_VNIC" up --name "$long_name" --ip "$NET.12/24" --bridge "$BR"
+expect_nothing_of "${long_name:0:15}"
+[[ ! -e "$RUN_DIR/$long_name.pid" ]] || fail "a rejected name left $RUN_DIR/$long_name.pid"
+# A name with a slash would reach outside /run/rrdma if it were used as a path.
+expect_one_line_error "up with a name containing '/'" \
+  "$RRDMA_VNIC" up --name "../${PREFIX}s" --ip "$NET.12/24" --bridge "$BR"
+[[ ! -e "/run/${PREFIX}s.pid" && ! -e "/run/${PREFIX}s.sock" ]] || fail "a name with '/' wrote outside $RUN_DIR"
+
+log "without CAP_NET_ADMIN"
+name="${PREFIX}n"
+if command -v setpriv >/dev/null; then
+  expect_one_line_error "up without CAP_NET_ADMIN (setpriv)" \
+    setpriv --inh-caps=-all --bounding-set=-net_admin -- \
+    "$RRDMA_VNIC" up --name "$name" --ip "$NET.13/24" --bridge "$BR"
+elif command -v capsh >/dev/null; then
+  expect_one_line_error "up without CAP_NET_ADMIN (capsh)" \
+    capsh --drop=cap_net_admin -- -c "exec '$RRDMA_VNIC' up --name '$name' --ip '$NET.13/24' --bridge '$BR'"
+else
+  skip "neither setpriv nor capsh to drop CAP_NET_ADMIN"
+fi
+expect_nothing_of "$name"
+ip -d link show "$BR" >/dev/null || fail "bridge $BR vanished"
+
+log "commands on a name that is not up"
+for command in down status stats; do
+  expect_one_line_error "$command of an unknown name" "$RRDMA_VNIC" "$command" "${PREFIX}u"
+done
+expect_nothing_of "${PREFIX}u"
+
+log "the first vnic is still fine, and goes down cleanly"
+status_snapshot "$VNIC" "$TMPD/status.json"
+vnic_down "$VNIC"
+expect_vnic_gone "$VNIC"
+expect_one_line_error "second down of $VNIC" "$RRDMA_VNIC" down "$VNIC"
+leftovers=$(ls "$RUN_DIR" 2>/dev/null | grep "^${PREFIX}" || true)
+[[ -z "$leftovers" ]] || fail "files left in $RUN_DIR: $leftovers"

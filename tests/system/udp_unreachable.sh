@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A UDP datagram to a port nobody listens on is answered with ICMP port unreachable
+# (RFC 1122 §4.1.3.1, RFC 792), which a connected socket on the sender sees as
+# ECONNREFUSED. A burst is answered or rate limited (RFC 1812 §4.3.2.8), never lost
+# from the counters.
+source "$(dirname "$0")/lib.sh"
+init_test u
+require_system
+[[ -x "${RRDMA_UDP_PROBE:-}" ]] || fail "RRDMA_UDP_PROBE is not set"
+
+BR="${PREFIX}b"
+VNIC="${PREFIX}v"
+VNIC_IP="$NET.10"
+NS="${PREFIX}-a"
+CLOSED_PORT=9
+BURST=40
+
+make_bridge "$BR"
+make_peer "$NS" "$BR" "${PREFIX}ha" "${PREFIX}na" "$NET.20/24"
+vnic_up "$VNIC" --ip "$VNIC_IP/24" --bridge "$BR"
+wait_reachable "$NS" "$VNIC_IP"
+
+log "one datagram to port $CLOSED_PORT: the sender sees ECONNREFUSED"
+stats_snapshot "$VNIC" "$TMPD/s0.json"
+ip netns exec "$NS" "$RRDMA_UDP_PROBE" refused "$VNIC_IP" "$CLOSED_PORT" 3000 >"$TMPD/probe" ||
+  fail "connected UDP socket: $(cat "$TMPD/probe")"
+stats_snapshot "$VNIC" "$TMPD/s1.json"
+expect_delta "$TMPD/s0.json" "$TMPD/s1.json" udp.drop_no_port 1
+expect_delta "$TMPD/s0.json" "$TMPD/s1.json" icmp.tx_port_unreachable 1
+
+log "a burst of $BURST: each one is answered or counted as rate limited"
+ip netns exec "$NS" "$RRDMA_UDP_PROBE" burst "$VNIC_IP" "$CLOSED_PORT" "$BURST" >"$TMPD/probe" ||
+  fail "burst: $(cat "$TMPD/probe")"
+# The datagrams are processed after sendto returns: wait until all are counted.
+counter "$TMPD/s1.json" udp.drop_no_port
+wait_until 10 "udp.drop_no_port to count the burst" \
+  counter_at_least "$VNIC" udp.drop_no_port "$(( COUNT + BURST ))"
+ping_all "$NS" 1 "$VNIC_IP"
+stats_snapshot "$VNIC" "$TMPD/s2.json"
+expect_delta "$TMPD/s1.json" "$TMPD/s2.json" udp.drop_no_port "$BURST"
+counter "$TMPD/s1.json" icmp.tx_port_unreachable; sent0=$COUNT
+counter "$TMPD/s2.json" icmp.tx_port_unreachable; sent1=$COUNT
+counter "$TMPD/s1.json" icmp.port_unreachable_rate_limited; limited0=$COUNT
+counter "$TMPD/s2.json" icmp.port_unreachable_rate_limited; limited1=$COUNT
+expect_eq "$(( sent1 - sent0 + limited1 - limited0 ))" "$BURST" \
+  "port unreachables sent + rate limited for a burst of $BURST"
+expect_ge "$(( sent1 - sent0 ))" 1 "port unreachables sent during the burst"
+
+log "the vnic still answers ping"
+ping_all "$NS" 2 "$VNIC_IP"
