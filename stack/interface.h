@@ -6,6 +6,7 @@
 // keep their meaning.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -13,7 +14,9 @@
 #include <vector>
 
 #include "stack/addresses.h"
+#include "stack/arp_timers.h"
 #include "stack/bytes.h"
+#include "stack/ipv4.h"
 #include "stack/time.h"
 
 namespace rrdma::stack {
@@ -25,12 +28,86 @@ class FrameSink {
   virtual void transmit(ByteSpan frame) = 0;
 };
 
+// ICMP errors are rate-limited by a token bucket (RFC 1812 4.3.2.8; RFC 1122 3.2.2
+// asks hosts to limit them too): `burst` tokens, one more every `refill_interval`.
+// Linux allows one per second per destination with a burst of 6; we keep one bucket.
+struct IcmpRateLimit {
+  std::uint32_t burst = 10;
+  Duration refill_interval = std::chrono::milliseconds(100);
+};
+
 struct InterfaceConfig {
   MacAddress mac;
   Ipv4Address address;
   std::uint8_t prefix_len = 24;
   std::optional<Ipv4Address> gateway;
   std::uint16_t mtu = 1500;  // IP MTU: the largest IPv4 packet we send or accept
+  ArpTimers arp;
+  IcmpRateLimit icmp_rate_limit;
+};
+
+// One received UDP datagram, valid only during the call. The raw header spans are the
+// bytes as received (RoCE v2's ICRC covers them, IBA Annex A17).
+struct UdpDatagram {
+  const Ipv4Header& ip;       // parsed (options dropped)
+  ByteSpan ip_header;         // raw IPv4 header, options included
+  ByteSpan udp_header;        // raw 8-byte UDP header
+  MacAddress source_mac;
+  std::uint16_t source_port;
+  std::uint16_t destination_port;
+  ByteSpan payload;           // up to the UDP length (Ethernet padding excluded)
+};
+
+class UdpHandler {
+ public:
+  virtual ~UdpHandler() = default;
+  virtual void receive_udp(const UdpDatagram& datagram, Instant now) = 0;
+};
+
+// A UDP datagram for send_udp(). `trailer_length` bytes follow the payload; the
+// PacketFinalizer writes them once the IPv4 and UDP headers are final.
+struct UdpSend {
+  Ipv4Address destination;
+  std::uint16_t source_port = 0;
+  std::uint16_t destination_port = 0;
+  ByteSpan payload;
+  std::size_t trailer_length = 0;
+  bool compute_checksum = true;  // false sends checksum 0, as RoCE v2 does
+  bool dont_fragment = true;
+  std::uint8_t ttl = 64;
+  std::uint8_t dscp = 0;
+  std::uint8_t ecn = 0;
+};
+
+// Completes an outgoing IPv4 packet: `ip_packet` is the whole packet as it will be sent
+// (IPv4 header with identification, total length and checksum final; UDP header with
+// checksum 0; payload), and the callee writes its last `trailer_length` bytes. If a UDP
+// checksum was asked for, it is computed afterwards, over the trailer too.
+class PacketFinalizer {
+ public:
+  virtual ~PacketFinalizer() = default;
+  virtual void finalize(MutableByteSpan ip_packet) = 0;
+};
+
+enum class SendResult {
+  sent,        // handed to the FrameSink
+  queued,      // waiting for ARP to resolve the next hop
+  unroutable,  // off-link destination and no gateway
+  too_big,     // larger than the MTU (we never fragment)
+};
+
+// Events a learner may want to watch (`rrdma-vnic trace`). Every method is a no-op by
+// default; with no observer set, each event costs one pointer test.
+class StackObserver {
+ public:
+  virtual ~StackObserver() = default;
+  virtual void arp_resolved(Ipv4Address, const MacAddress&) {}
+  virtual void arp_failed(Ipv4Address, std::size_t /*dropped_packets*/) {}
+  // Another host claims our address (RFC 5227 section 2.4).
+  virtual void arp_conflict(Ipv4Address /*ours*/, const MacAddress& /*claimant*/) {}
+  // A received frame was dropped; `layer` and `reason` are the counter's names.
+  virtual void frame_dropped(std::string_view /*layer*/, std::string_view /*reason*/,
+                             ByteSpan /*frame*/) {}
 };
 
 // A named counter, grouped by layer, for `rrdma-vnic stats`.
@@ -63,6 +140,19 @@ class Interface {
 
   // Gratuitous ARP, sent when the vnic comes up.
   void announce(Instant now);
+
+  // UDP port dispatch. A later bind of the same port replaces the handler; the handler
+  // must outlive its binding. Datagrams to an unbound port are answered with ICMP port
+  // unreachable (RFC 1122 3.2.2.1, rate-limited).
+  void bind_udp(std::uint16_t port, UdpHandler& handler);
+  void unbind_udp(std::uint16_t port);
+
+  // Builds an IPv4/UDP packet from us to `request.destination` and sends it, or queues it
+  // until ARP resolves the next hop. `finalizer` (may be null) writes the trailer.
+  SendResult send_udp(const UdpSend& request, Instant now, PacketFinalizer* finalizer = nullptr);
+
+  // nullptr for none. The observer must outlive the interface or be reset first.
+  void set_observer(StackObserver* observer);
 
   const InterfaceConfig& config() const;
   std::vector<Counter> counters() const;

@@ -1,0 +1,210 @@
+// IPv4 (RFC 791, host requirements of RFC 1122 3.2.1), ICMP (RFC 792, RFC 1122 3.2.2)
+// and UDP (RFC 768, RFC 1122 4.1) on the interface: validate and dispatch what arrives,
+// build, route and send what leaves.
+#include <algorithm>
+#include <cstring>
+
+#include "stack/checksum.h"
+#include "stack/icmp.h"
+#include "stack/interface_impl.h"
+#include "stack/udp.h"
+
+namespace rrdma::stack {
+namespace {
+
+constexpr std::size_t headroom = EthernetHeader::length() + Ipv4Header::length();
+
+// RFC 1122 3.2.1.3: a datagram's source must be a single host, never a broadcast or
+// multicast address (we cannot also tell the directed broadcast of a remote subnet).
+bool invalid_source(Ipv4Address source) {
+  const bool multicast = (source.value >> 28) == 0xe;  // 224.0.0.0/4
+  return multicast || source.value == 0xffffffff;
+}
+
+// Linux sends ICMP errors with DSCP CS6 (TOS 0xc0), the precedence RFC 1812 4.3.2.5
+// asks of ICMP error messages; we do the same.
+constexpr std::uint8_t icmp_error_dscp = 48;
+
+Stat ipv4_error_stat(Ipv4Error error) {
+  switch (error) {
+    case Ipv4Error::truncated: return Stat::ip_drop_truncated;
+    case Ipv4Error::bad_version: return Stat::ip_drop_bad_version;
+    case Ipv4Error::bad_ihl: return Stat::ip_drop_bad_ihl;
+    case Ipv4Error::bad_length:
+    case Ipv4Error::none: break;
+  }
+  return Stat::ip_drop_bad_length;
+}
+
+}  // namespace
+
+void Interface::Impl::receive_ipv4(const EthernetView& frame, Instant now) {
+  count(Stat::ip_rx_packets);
+  const Ipv4Error error = Ipv4View::validate(frame.payload());
+  if (error != Ipv4Error::none) return drop(ipv4_error_stat(error), frame.bytes());
+  const Ipv4View ip = *Ipv4View::check(frame.payload());
+  if (!ip.header_checksum_valid()) return drop(Stat::ip_drop_bad_checksum, frame.bytes());
+  if (ip.total_length() > config.mtu) return drop(Stat::ip_drop_too_big, frame.bytes());
+  // No reassembly (RFC 1122 3.3.2 makes it a MUST for general hosts; RoCE v2 sets DF and
+  // the vnic has no other IP users).
+  if (ip.is_fragment()) return drop(Stat::ip_drop_fragment, frame.bytes());
+  if (invalid_source(ip.source())) return drop(Stat::ip_drop_bad_source, frame.bytes());
+  if (ip.destination() != config.address && !is_broadcast(ip.destination())) {
+    return drop(Stat::ip_drop_not_for_us, frame.bytes());
+  }
+  // TTL is not checked: a host MUST NOT discard a datagram for a TTL below 2 (RFC 1122
+  // 3.2.1.7); only routers decrement it.
+  switch (ip.protocol()) {
+    case IpProtocol::icmp:
+      return receive_icmp(frame, ip, now);
+    case IpProtocol::udp:
+      return receive_udp(frame, ip, now);
+  }
+  drop(Stat::ip_drop_unknown_protocol, frame.bytes());
+}
+
+void Interface::Impl::receive_icmp(const EthernetView& frame, const Ipv4View& ip, Instant now) {
+  const auto view = IcmpView::check(ip.payload());
+  if (!view) return drop(Stat::icmp_drop_malformed, frame.bytes());
+  if (!view->checksum_valid()) return drop(Stat::icmp_drop_bad_checksum, frame.bytes());
+  const auto message = IcmpMessage::parse(*view);
+  if (!message) return drop(Stat::icmp_drop_unknown_type, frame.bytes());
+  switch (message->type) {
+    case IcmpType::echo_reply:
+      return count(Stat::icmp_rx_echo_replies);
+    case IcmpType::destination_unreachable:
+      return count(Stat::icmp_rx_unreachable);
+    case IcmpType::echo_request:
+      break;
+  }
+  count(Stat::icmp_rx_echo_requests);
+  // Echo to a broadcast address may be ignored (RFC 1122 3.2.2.6); Linux ignores it by
+  // default (icmp_echo_ignore_broadcasts), and it is a classic amplifier.
+  if (ip.destination() != config.address) return drop(Stat::icmp_drop_broadcast_echo, frame.bytes());
+
+  // RFC 792: the reply carries the request's identifier, sequence number and data.
+  IcmpMessage reply = *message;
+  reply.type = IcmpType::echo_reply;
+  reply.code = 0;
+  Ipv4Header header;
+  header.source = config.address;
+  header.destination = ip.source();
+  header.protocol = IpProtocol::icmp;
+  header.payload_length = static_cast<std::uint16_t>(reply.length());
+  header.dont_fragment = false;  // as Linux answers (see tests/data/kernel_arp_icmp.pcapng)
+  PendingPacket packet = start_ipv4_packet(header);
+  reply.emit(MutableByteSpan(packet).subspan(headroom));
+  if (send_ipv4(header.destination, std::move(packet), now) != SendResult::unroutable) {
+    count(Stat::icmp_tx_echo_replies);
+  }
+}
+
+void Interface::Impl::receive_udp(const EthernetView& frame, const Ipv4View& ip, Instant now) {
+  count(Stat::udp_rx_datagrams);
+  const UdpError error = UdpView::validate(ip.payload());
+  if (error == UdpError::truncated) return drop(Stat::udp_drop_truncated, frame.bytes());
+  if (error == UdpError::bad_length) return drop(Stat::udp_drop_bad_length, frame.bytes());
+  const UdpView udp = *UdpView::check(ip.payload());
+  if (!udp.checksum_valid(ip.source(), ip.destination())) {
+    return drop(Stat::udp_drop_bad_checksum, frame.bytes());
+  }
+  const auto port = udp_ports.find(udp.destination_port());
+  if (port == udp_ports.end()) {
+    drop(Stat::udp_drop_no_port, frame.bytes());
+    // Never an ICMP error about a broadcast (RFC 1122 3.2.2).
+    if (ip.destination() == config.address) send_port_unreachable(ip, now);
+    return;
+  }
+  const Ipv4Header header = Ipv4Header::parse(ip);
+  port->second->receive_udp(UdpDatagram{header, ip.header(), udp.header(), frame.source(),
+                                        udp.source_port(), udp.destination_port(),
+                                        udp.payload()},
+                            now);
+}
+
+void Interface::Impl::send_port_unreachable(const Ipv4View& ip, Instant now) {
+  if (!icmp_errors.try_take(now)) return count(Stat::icmp_port_unreachable_rate_limited);
+  // RFC 792: the internet header plus the first 64 bits of the original data. (Linux
+  // quotes as much as fits in 576 bytes, RFC 1812 4.3.2.3; 8 bytes are what RFC 1122
+  // 3.2.2 requires and all UDP needs: both ports.)
+  IcmpMessage message;
+  message.type = IcmpType::destination_unreachable;
+  message.code = static_cast<std::uint8_t>(UnreachableCode::port);
+  message.data = ip.bytes().first(ip.header_length() + std::min<std::size_t>(8, ip.payload().size()));
+  Ipv4Header header;
+  header.source = config.address;
+  header.destination = ip.source();
+  header.protocol = IpProtocol::icmp;
+  header.payload_length = static_cast<std::uint16_t>(message.length());
+  header.dont_fragment = false;
+  header.dscp = icmp_error_dscp;
+  PendingPacket packet = start_ipv4_packet(header);
+  message.emit(MutableByteSpan(packet).subspan(headroom));
+  if (send_ipv4(header.destination, std::move(packet), now) != SendResult::unroutable) {
+    count(Stat::icmp_tx_port_unreachable);
+  }
+}
+
+PendingPacket Interface::Impl::start_ipv4_packet(Ipv4Header& header) {
+  // RFC 6864: the identification only matters for fragments; a counter is enough.
+  header.identification = next_identification++;
+  PendingPacket frame(EthernetHeader::length() + header.total_length());
+  header.emit(MutableByteSpan(frame).subspan(EthernetHeader::length()));
+  return frame;
+}
+
+SendResult Interface::Impl::send_ipv4(Ipv4Address destination, PendingPacket frame, Instant now) {
+  const auto hop = next_hop(destination);
+  // Our own address would need a loopback path, which the vnic does not have yet.
+  if (!hop || destination == config.address) {
+    count(Stat::ip_drop_unroutable);
+    return SendResult::unroutable;
+  }
+  count(Stat::ip_tx_packets);
+  if (is_broadcast(destination)) {
+    transmit_to(MacAddress::broadcast(), EtherType::ipv4, frame);
+    return SendResult::sent;
+  }
+  if (const auto mac = arp.lookup(*hop, now)) {
+    transmit_to(*mac, EtherType::ipv4, frame);
+    return SendResult::sent;
+  }
+  arp.enqueue(*hop, std::move(frame), now);
+  return SendResult::queued;
+}
+
+SendResult Interface::Impl::send_udp(const UdpSend& request, Instant now,
+                                     PacketFinalizer* finalizer) {
+  const std::size_t udp_length = UdpHeader::length() + request.payload.size() + request.trailer_length;
+  if (Ipv4Header::length() + udp_length > config.mtu) {
+    count(Stat::ip_tx_too_big);
+    return SendResult::too_big;
+  }
+  Ipv4Header header;
+  header.source = config.address;
+  header.destination = request.destination;
+  header.protocol = IpProtocol::udp;
+  header.payload_length = static_cast<std::uint16_t>(udp_length);
+  header.dont_fragment = request.dont_fragment;
+  header.ttl = request.ttl;
+  header.dscp = request.dscp;
+  header.ecn = request.ecn;
+  PendingPacket frame = start_ipv4_packet(header);
+  const MutableByteSpan ip_packet = MutableByteSpan(frame).subspan(EthernetHeader::length());
+  const MutableByteSpan datagram = ip_packet.subspan(Ipv4Header::length());
+  UdpHeader{request.source_port, request.destination_port,
+            static_cast<std::uint16_t>(udp_length - UdpHeader::length())}
+      .emit(datagram);
+  if (!request.payload.empty()) {
+    std::memcpy(datagram.data() + UdpHeader::length(), request.payload.data(), request.payload.size());
+  }
+  if (finalizer) finalizer->finalize(ip_packet);
+  if (request.compute_checksum) {
+    UdpHeader::fill_checksum(datagram, header.source, header.destination);
+  }
+  const SendResult result = send_ipv4(request.destination, std::move(frame), now);
+  if (result != SendResult::unroutable) count(Stat::udp_tx_datagrams);
+  return result;
+}
+
+}  // namespace rrdma::stack
