@@ -155,6 +155,15 @@ WcStatus status_for_nak(std::uint8_t code) {
   }
 }
 
+// Whether `op` is the right READ response opcode for packet k of n.
+bool read_response_fits(Opcode op, std::uint32_t k, std::uint32_t n) {
+  const Opcode want = n == 1 ? Opcode::RcReadResponseOnly
+                      : k == 0     ? Opcode::RcReadResponseFirst
+                      : k + 1 == n ? Opcode::RcReadResponseLast
+                                   : Opcode::RcReadResponseMiddle;
+  return op == want;
+}
+
 }  // namespace
 
 void Engine::Impl::on_nak(Qp& qp, const TransportPacket& p, Instant now) {
@@ -201,13 +210,14 @@ void Engine::Impl::on_read_response(Qp& qp, const TransportPacket& p, Instant no
   const std::uint32_t k = w.responses_received;
   const std::uint32_t mtu = qp.attr.path_mtu;
   const bool last = k + 1 == w.packets;
-  const Opcode want = w.packets == 1 ? Opcode::RcReadResponseOnly
-                      : k == 0       ? Opcode::RcReadResponseFirst
-                      : last         ? Opcode::RcReadResponseLast
-                                     : Opcode::RcReadResponseMiddle;
   const std::uint64_t offset = std::uint64_t{k} * mtu;
   const std::uint64_t want_size = last ? w.length - offset : mtu;
-  if (p.bth.opcode != want || p.payload.size() != want_size) {
+  // A re-requested READ is answered as a READ of its own, FIRST..LAST from the restart
+  // point (IBA 9.7.5.1.4), while late responses to the original request may still arrive:
+  // accept the packet's place in either.
+  const bool fits = read_response_fits(p.bth.opcode, k, w.packets) ||
+                    (k >= w.read_restart && read_response_fits(p.bth.opcode, k - w.read_restart, w.packets - w.read_restart));
+  if (!fits || p.payload.size() != want_size) {
     fail_front(qp, WcStatus::BadRespErr, "READ response out of order or of the wrong length");
     return;
   }

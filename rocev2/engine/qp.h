@@ -24,6 +24,7 @@ struct SendWqe {
   Psn first_psn{};
   std::uint32_t next_packet = 0;   // requester: next packet index to (re)send
   std::uint32_t responses_received = 0;  // completer: READ response packets taken in order
+  std::uint32_t read_restart = 0;  // READ: first packet index the latest request asked for
   std::vector<ResolvedSge> sges;   // local memory (source of SEND/WRITE, sink of READ/atomic)
   bool signaled = false;
 

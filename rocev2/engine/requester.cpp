@@ -144,6 +144,7 @@ void Engine::Impl::send_read_request(Qp& qp, SendWqe& w, TransportPacket& p) {
   const std::uint64_t offset = std::uint64_t{w.next_packet} * qp.attr.path_mtu;
   p.bth.opcode = Opcode::RcReadRequest;
   p.bth.ack_req = true;
+  w.read_restart = w.next_packet;
   p.reth = Reth{w.wr.remote_addr + offset, w.wr.rkey, static_cast<std::uint32_t>(w.length - std::min(offset, w.length))};
   qp.req.next_psn += w.packets - w.next_packet;
   w.next_packet = w.packets;

@@ -1,0 +1,269 @@
+// Value-level harness for the engine's unit tests (tests/sim/engine_*_test.cpp): plain
+// memory behind MrTable and Dma, a host that records every packet, completion and event,
+// an observer that records every decision, and two engines wired as an RC/UC/UD pair.
+// Packets move between the engines only when a test says so, so that a test can drop,
+// duplicate or reorder any of them by hand.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "rocev2/engine/engine.h"
+
+namespace rrdma::test {
+
+using namespace rrdma::rocev2;
+
+class PlainMemory final : public MrTable, public Dma {
+ public:
+  // Regions get disjoint virtual addresses; keys are distinct per region and per memory.
+  MrFacts add(std::uint32_t pd, std::uint32_t access, std::size_t length, std::uint64_t base) {
+    MrFacts f;
+    f.pd = pd;
+    f.access = access;
+    f.base = base;
+    f.length = length;
+    f.handle = regions_.size();
+    f.lkey = Lkey(0x1000u + static_cast<std::uint32_t>(regions_.size()));
+    f.rkey = Rkey(0x2000u + static_cast<std::uint32_t>(regions_.size()));
+    regions_.push_back({f, std::vector<std::uint8_t>(length), true});
+    return f;
+  }
+  std::span<std::uint8_t> bytes(const MrFacts& mr) { return regions_.at(mr.handle).bytes; }
+  std::uint64_t word(const MrFacts& mr, std::uint64_t addr) {
+    std::uint64_t v;
+    std::memcpy(&v, bytes(mr).data() + (addr - mr.base), 8);
+    return v;
+  }
+  void set_word(const MrFacts& mr, std::uint64_t addr, std::uint64_t v) {
+    std::memcpy(bytes(mr).data() + (addr - mr.base), &v, 8);
+  }
+  int out_of_bounds = 0;  // accesses the engine should have refused
+
+  std::optional<MrFacts> find_lkey(Lkey key) const override {
+    for (const Region& r : regions_)
+      if (r.valid && r.facts.lkey == key) return r.facts;
+    return std::nullopt;
+  }
+  std::optional<MrFacts> find_rkey(Rkey key) const override {
+    for (const Region& r : regions_)
+      if (r.valid && r.facts.rkey == key) return r.facts;
+    return std::nullopt;
+  }
+  bool invalidate_rkey(Rkey key, std::uint32_t pd) override {
+    for (Region& r : regions_)
+      if (r.valid && r.facts.rkey == key && r.facts.pd == pd) {
+        r.valid = false;
+        return true;
+      }
+    return false;
+  }
+  bool read(const MrFacts& mr, std::uint64_t addr, std::span<std::uint8_t> out) override {
+    std::uint8_t* p = reach(mr, addr, out.size());
+    if (!p) return false;
+    std::memcpy(out.data(), p, out.size());
+    return true;
+  }
+  bool write(const MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in) override {
+    std::uint8_t* p = reach(mr, addr, in.size());
+    if (!p) return false;
+    std::memcpy(p, in.data(), in.size());
+    return true;
+  }
+  std::optional<std::uint64_t> compare_swap(const MrFacts& mr, std::uint64_t addr, std::uint64_t compare,
+                                            std::uint64_t swap) override {
+    if (!reach(mr, addr, 8)) return std::nullopt;
+    const std::uint64_t old = word(mr, addr);
+    if (old == compare) set_word(mr, addr, swap);
+    return old;
+  }
+  std::optional<std::uint64_t> fetch_add(const MrFacts& mr, std::uint64_t addr, std::uint64_t add) override {
+    if (!reach(mr, addr, 8)) return std::nullopt;
+    const std::uint64_t old = word(mr, addr);
+    set_word(mr, addr, old + add);
+    return old;
+  }
+
+ private:
+  struct Region {
+    MrFacts facts;
+    std::vector<std::uint8_t> bytes;
+    bool valid;
+  };
+  std::uint8_t* reach(const MrFacts& mr, std::uint64_t addr, std::size_t n) {
+    Region& r = regions_.at(mr.handle);
+    if (addr < r.facts.base || addr - r.facts.base + n > r.bytes.size()) {
+      ++out_of_bounds;
+      return nullptr;
+    }
+    return r.bytes.data() + (addr - r.facts.base);
+  }
+  std::vector<Region> regions_;
+};
+
+// A sent packet with its own copy of the payload.
+struct Captured {
+  stack::Ipv4Address dest;
+  Qpn src_qpn;
+  TransportPacket packet;
+  std::vector<std::uint8_t> payload;
+  TransportPacket view() const {
+    TransportPacket p = packet;
+    p.payload = payload;
+    return p;
+  }
+};
+
+class RecordingHost final : public EngineHost {
+ public:
+  std::vector<Captured> sent;
+  std::vector<Completion> completions;
+  std::vector<AsyncEvent> events;
+  void send_packet(const OutgoingPacket& out) override {
+    Captured c{out.dest, out.src_qpn, out.packet, {out.packet.payload.begin(), out.packet.payload.end()}};
+    c.packet.payload = {};
+    sent.push_back(std::move(c));
+  }
+  void complete(const Completion& cqe) override { completions.push_back(cqe); }
+  void async_event(const AsyncEvent& e) override { events.push_back(e); }
+  std::vector<Captured> take_sent() { return std::exchange(sent, {}); }
+  std::vector<Completion> take_completions() { return std::exchange(completions, {}); }
+};
+
+struct Decision {
+  Qpn qpn;
+  Bth bth;
+  PacketDecision decision;
+  std::string detail;
+};
+
+class RecordingObserver final : public EngineObserver {
+ public:
+  std::vector<Decision> decisions;
+  std::vector<std::pair<QpState, QpState>> transitions;
+  void on_state_change(Qpn, QpState from, QpState to, std::string_view) override { transitions.emplace_back(from, to); }
+  void on_packet(Qpn qpn, const Bth& bth, PacketDecision d, std::string_view detail) override {
+    decisions.push_back({qpn, bth, d, std::string(detail)});
+  }
+  int count(PacketDecision d) const {
+    int n = 0;
+    for (const Decision& x : decisions) n += x.decision == d;
+    return n;
+  }
+};
+
+struct Side {
+  explicit Side(stack::Ipv4Address address) : ip(address), engine(host, memory, memory, &observer) {}
+  stack::Ipv4Address ip;
+  PlainMemory memory;
+  RecordingHost host;
+  RecordingObserver observer;
+  Engine engine;
+  Qpn qpn{};
+  std::uint32_t pd = 1;
+
+  QpState state() const { return engine.query_qp(qpn)->state; }
+};
+
+inline constexpr std::uint32_t kAllRemote = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead |
+                                            access::kRemoteAtomic;
+
+// Two engines, one QP each, connected and in RTS.
+struct Pair {
+  Side a{stack::Ipv4Address{0x0A4D0003}};  // 10.77.0.3, as in the captures
+  Side b{stack::Ipv4Address{0x0A4D0002}};
+  Instant now{};
+  Psn a_psn{9444582};
+  Psn b_psn{12871149};
+
+  explicit Pair(QpType type = QpType::Rc, std::uint32_t mtu = 1024, QpAttr tweak = {}, std::uint32_t tweak_mask = 0) {
+    QpInit init;
+    init.type = type;
+    init.pd = a.pd;
+    a.qpn = *a.engine.create_qp(init);
+    init.pd = b.pd;
+    b.qpn = *b.engine.create_qp(init);
+    connect(a, b, a_psn, b_psn, type, mtu, tweak, tweak_mask);
+    connect(b, a, b_psn, a_psn, type, mtu, tweak, tweak_mask);
+  }
+
+  void connect(Side& self, Side& peer, Psn sq, Psn rq, QpType type, std::uint32_t mtu, const QpAttr& tweak,
+               std::uint32_t tweak_mask) {
+    using namespace qp_attr;
+    QpAttr at;
+    at.state = QpState::Init;
+    at.access_flags = kAllRemote;
+    at.qkey = Qkey(0x11111111);
+    REQUIRE(self.engine.modify_qp(self.qpn, at, kState | kAccessFlags | kQkey, now) == VerbResult::Ok);
+    at.state = QpState::Rtr;
+    at.path_mtu = mtu;
+    at.dest_qpn = peer.qpn;
+    at.rq_psn = rq;
+    at.dest_ip = peer.ip;
+    at.max_dest_rd_atomic = 4;
+    at.min_rnr_timer = 12;
+    std::uint32_t mask = kState | kPathMtu | kAv | kMinRnrTimer;
+    if (type != QpType::Ud) mask |= kDestQpn | kRqPsn;
+    if (type == QpType::Rc) mask |= kMaxDestRdAtomic;
+    REQUIRE(self.engine.modify_qp(self.qpn, at, mask, now) == VerbResult::Ok);
+    at.state = QpState::Rts;
+    at.sq_psn = sq;
+    at.timeout = 14;
+    at.retry_cnt = 7;
+    at.rnr_retry = 7;
+    at.max_rd_atomic = 4;
+    mask = kState | kSqPsn;
+    if (type == QpType::Rc) mask |= kTimeout | kRetryCnt | kRnrRetry | kMaxQpRdAtomic;
+    REQUIRE(self.engine.modify_qp(self.qpn, at, mask, now) == VerbResult::Ok);
+    if (tweak_mask) REQUIRE(self.engine.modify_qp(self.qpn, tweak, tweak_mask, now) == VerbResult::Ok);
+  }
+
+  // Delivers packets to `to`, from `from`'s address.
+  void deliver(Side& from, Side& to, const std::vector<Captured>& packets) {
+    for (const Captured& c : packets) {
+      const TransportPacket p = c.view();
+      to.engine.receive(p, PacketSource{from.ip, 0xC000, {}}, now);
+    }
+  }
+  // Moves everything sent, back and forth, until both are quiet.
+  void exchange() {
+    for (int round = 0; round < 1000; ++round) {
+      std::vector<Captured> ab = a.host.take_sent();
+      std::vector<Captured> ba = b.host.take_sent();
+      if (ab.empty() && ba.empty()) return;
+      deliver(a, b, ab);
+      deliver(b, a, ba);
+    }
+    FAIL("the engines never went quiet");
+  }
+};
+
+inline std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {
+  std::vector<std::uint8_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(seed + i * 7 + (i >> 8));
+  return v;
+}
+
+inline SendWr send_wr(std::uint64_t id, WrOpcode op, const MrFacts& mr, std::uint32_t length,
+                      std::uint32_t flags = send_flags::kSignaled) {
+  SendWr wr;
+  wr.wr_id = id;
+  wr.opcode = op;
+  wr.flags = flags;
+  wr.sg_list = {Sge{mr.base, length, mr.lkey}};
+  return wr;
+}
+
+inline RecvWr recv_wr(std::uint64_t id, const MrFacts& mr, std::uint32_t length) {
+  return RecvWr{id, {Sge{mr.base, length, mr.lkey}}};
+}
+
+}  // namespace rrdma::test
