@@ -5,6 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 init_test e
 require_system
+KEEP_GOING=1   # every error case is independent: report all that fail, not the first
 
 BR="${PREFIX}b"
 VNIC="${PREFIX}v"
@@ -17,11 +18,21 @@ done
 register_link "${PREFIX}x"
 
 # expect_nothing_of NAME [BRIDGE]: the failed command left no trace.
+# A case that wrongly left something is reported, and its leftovers removed so that the
+# next case starts clean.
 expect_nothing_of() {
-  expect_vnic_gone "$1"
-  if [[ -n "${2:-}" ]]; then
-    ! link_exists "$2" || fail "a failed command left bridge $2"
-  fi
+  local left=()
+  link_exists "$1" && left+=("interface $1")
+  [[ -e "$RUN_DIR/$1.pid" ]] && left+=("$RUN_DIR/$1.pid")
+  [[ -e "$RUN_DIR/$1.sock" ]] && left+=("$RUN_DIR/$1.sock")
+  [[ -n "${2:-}" ]] && link_exists "$2" && left+=("bridge $2")
+  (( ${#left[@]} == 0 )) && return 0
+  fail_case "the failed command left: ${left[*]}"
+  timeout 15 "$RRDMA_VNIC" down "$1" &>/dev/null
+  ip link del "$1" &>/dev/null
+  rm -f "$RUN_DIR/$1.pid" "$RUN_DIR/$1.sock"
+  [[ -n "${2:-}" ]] && ip link del "$2" &>/dev/null
+  return 0
 }
 
 log "a second up with a name in use"
@@ -70,6 +81,20 @@ expect_one_line_error "up with a name containing '/'" \
   "$RRDMA_VNIC" up --name "../${PREFIX}s" --ip "$NET.12/24" --bridge "$BR"
 [[ ! -e "/run/${PREFIX}s.pid" && ! -e "/run/${PREFIX}s.sock" ]] || fail "a name with '/' wrote outside $RUN_DIR"
 
+for bad_name in . ..; do
+  expect_one_line_error "up --name '$bad_name'" \
+    "$RRDMA_VNIC" up --name "$bad_name" --ip "$NET.12/24" --bridge "$BR"
+done
+
+log "command lines the parser rejects"
+expect_one_line_error "up without --ip" "$RRDMA_VNIC" up --name "$name" --bridge "$BR"
+expect_nothing_of "$name"
+expect_one_line_error "up with an unknown option" \
+  "$RRDMA_VNIC" up --name "$name" --ip "$NET.12/24" --bridge "$BR" --no-such-option
+expect_nothing_of "$name"
+expect_one_line_error "an unknown subcommand" "$RRDMA_VNIC" no-such-command
+expect_one_line_error "down without a name" "$RRDMA_VNIC" down
+
 log "without CAP_NET_ADMIN"
 name="${PREFIX}n"
 if command -v setpriv >/dev/null; then
@@ -98,3 +123,4 @@ expect_vnic_gone "$VNIC"
 expect_one_line_error "second down of $VNIC" "$RRDMA_VNIC" down "$VNIC"
 leftovers=$(ls "$RUN_DIR" 2>/dev/null | grep "^${PREFIX}" || true)
 [[ -z "$leftovers" ]] || fail "files left in $RUN_DIR: $leftovers"
+finish_cases

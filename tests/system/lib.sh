@@ -27,6 +27,22 @@ skip() {
   exit "$SKIP_CODE"
 }
 
+# A test that checks a catalogue of independent cases sets KEEP_GOING=1: a failed case is
+# reported and the next one runs; finish_cases then fails the test if any case failed.
+KEEP_GOING=0
+FAILED_CASES=()
+fail_case() {
+  if (( KEEP_GOING )); then
+    echo "FAIL [$TEST_NAME]: $*" >&2
+    FAILED_CASES+=("$*")
+    return 1
+  fi
+  fail "$@"
+}
+finish_cases() {
+  (( ${#FAILED_CASES[@]} == 0 )) || fail "${#FAILED_CASES[@]} case(s) failed (listed above)"
+}
+
 # expect_eq ACTUAL EXPECTED WHAT
 expect_eq() {
   [[ "$1" == "$2" ]] || fail "$3: expected '$2', got '$1'"
@@ -251,14 +267,17 @@ expect_one_line_error() {
   local what=$1 rc=0
   shift
   timeout 30 "$@" >"$TMPD/err.out" 2>"$TMPD/err.err" || rc=$?
-  (( rc != 0 )) || fail "$what: exit 0, expected an error"
-  (( rc != 124 )) || fail "$what: timed out"
+  (( rc != 0 )) || { fail_case "$what: exit 0, expected an error"; return; }
+  (( rc != 124 )) || { fail_case "$what: timed out"; return; }
+  [[ -s "$TMPD/err.err" ]] || { fail_case "$what: exit $rc but nothing on stderr"; return; }
   local lines
   lines=$(wc -l <"$TMPD/err.err")
-  [[ -s "$TMPD/err.err" ]] || fail "$what: exit $rc but nothing on stderr"
   # A last line without a newline still counts as one line.
   [[ $(tail -c1 "$TMPD/err.err" | od -An -c | tr -d ' ') == '\n' ]] || lines=$(( lines + 1 ))
-  expect_eq "$lines" 1 "$what: lines on stderr ($(head -c 300 "$TMPD/err.err"))"
+  if (( lines != 1 )); then
+    fail_case "$what: $lines lines on stderr, expected 1: $(head -c 300 "$TMPD/err.err" | tr '\n' '|')"
+    return
+  fi
   log "  ok, exit $rc: $(cat "$TMPD/err.err")"
 }
 
