@@ -27,6 +27,7 @@ void Link::send(Frame frame, Instant now) {
   }
   if (rng_.chance(faults_.duplicate_ppm)) {
     ++counters_.duplicated;
+    if (on_duplicate_) on_duplicate_(frame);
     put_in_flight(frame, now);
   }
   put_in_flight(std::move(frame), now);

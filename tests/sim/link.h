@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -60,6 +61,10 @@ class Link {
   // The next frame due at or before `now`, in delivery order.
   std::optional<Frame> receive(Instant now);
 
+  // Told of every frame the link duplicates (UD and UC may then deliver a message twice,
+  // legitimately: neither can tell a copy from a new message; the simulation counts them).
+  void on_duplicate(std::function<void(const Frame&)> hook) { on_duplicate_ = std::move(hook); }
+
   const LinkCounters& counters() const { return counters_; }
   const LinkFaults& faults() const { return faults_; }
   void set_faults(LinkFaults faults) { faults_ = faults; }
@@ -74,6 +79,7 @@ class Link {
   std::optional<Instant> cut_from_;
   EventQueue<Frame> in_flight_;
   LinkCounters counters_;
+  std::function<void(const Frame&)> on_duplicate_;
 };
 
 }  // namespace rrdma::sim

@@ -1,0 +1,66 @@
+// One simulated host: a transport engine, its registered memory, and the host side of
+// the engine (EngineHost) that turns outgoing packets into whole frames on a Link and
+// received frames back into verified transport packets, as the daemon will.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rocev2/engine/engine.h"
+#include "tests/sim/frames.h"
+#include "tests/sim/link.h"
+#include "tests/sim/memory.h"
+
+namespace rrdma::sim {
+
+struct NodeCounters {
+  std::uint64_t frames_sent = 0;
+  std::uint64_t frames_received = 0;
+  std::uint64_t frames_dropped = 0;   // failed the frame checks or the ICRC, as the daemon drops them
+  std::uint64_t frames_misaddressed = 0;
+};
+
+class Node final : public rocev2::EngineHost {
+ public:
+  Node(std::string name, Endpoint self, std::uint64_t address_space, std::uint32_t key_salt);
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  void connect(Link& outgoing, Endpoint peer) {
+    out_ = &outgoing;
+    peer_ = peer;
+  }
+  // Every engine call is made at some instant; the host remembers it to time-stamp frames.
+  void set_now(Instant now) { now_ = now; }
+  void deliver(const Frame& frame, Instant now);
+
+  rocev2::Engine& engine() { return engine_; }
+  SimMemory& memory() { return memory_; }
+  const Endpoint& self() const { return self_; }
+  const std::string& name() const { return name_; }
+  const NodeCounters& counters() const { return counters_; }
+
+  // Completions and async events since the last call, in the order the engine made them.
+  std::vector<rocev2::Completion> take_completions();
+  std::vector<rocev2::AsyncEvent> take_async_events();
+
+  // EngineHost
+  void send_packet(const rocev2::OutgoingPacket& out) override;
+  void complete(const rocev2::Completion& cqe) override { completions_.push_back(cqe); }
+  void async_event(const rocev2::AsyncEvent& event) override { events_.push_back(event); }
+
+ private:
+  std::string name_;
+  Endpoint self_;
+  Endpoint peer_{};
+  Link* out_ = nullptr;
+  Instant now_{};
+  SimMemory memory_;
+  rocev2::Engine engine_;
+  std::vector<rocev2::Completion> completions_;
+  std::vector<rocev2::AsyncEvent> events_;
+  NodeCounters counters_;
+};
+
+}  // namespace rrdma::sim
