@@ -78,7 +78,8 @@ void Engine::Impl::after_progress(Qp& qp, Instant now) {
       w.next_packet = r.comp_psn.distance_from(w.first_psn);
     }
   }
-  if (r.comp_psn == r.high_psn) r.retransmit_deadline.reset();
+  // During an RNR wait the RNR timer alone decides when to send again.
+  if (r.comp_psn == r.high_psn || r.rnr_deadline) r.retransmit_deadline.reset();
   else restart_ack_timer(qp, now);
 }
 

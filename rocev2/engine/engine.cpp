@@ -221,7 +221,12 @@ void Engine::Impl::enter_error(Qp& qp, std::string_view cause, std::optional<Asy
   if (qp.uses_srq) host_.async_event({qp.qpn, AsyncEventType::LastWqeReached});
 }
 
-void Engine::Impl::flush(Qp& qp) {
+void Engine::Impl::enter_send_queue_error(Qp& qp, std::string_view cause) {
+  set_state(qp, QpState::Sqe, cause);
+  flush_send_queue(qp);
+}
+
+void Engine::Impl::flush_send_queue(Qp& qp) {
   Requester& r = qp.req;
   while (!r.sq.empty()) {
     complete_send(qp, r.sq.front(), WcStatus::WrFlushErr);
@@ -229,9 +234,14 @@ void Engine::Impl::flush(Qp& qp) {
   }
   r.next_send = 0;
   r.rd_atomic_in_flight = 0;
+  r.comp_psn = r.high_psn = r.next_psn;
   r.retransmit_deadline.reset();
   r.rnr_deadline.reset();
   r.rnr_resume_psn.reset();
+}
+
+void Engine::Impl::flush(Qp& qp) {
+  flush_send_queue(qp);
   Responder& s = qp.resp;
   if (s.in_progress == Responder::InProgress::Send || s.recv_held) {
     Completion c;

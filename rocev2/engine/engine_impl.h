@@ -67,7 +67,9 @@ class Engine::Impl {
   bool headers_present(const TransportPacket& p, OpcodeFlags flags) const;
   void set_state(Qp& qp, QpState to, std::string_view cause);
   void enter_error(Qp& qp, std::string_view cause, std::optional<AsyncEventType> event);
+  void enter_send_queue_error(Qp& qp, std::string_view cause);
   void flush(Qp& qp);
+  void flush_send_queue(Qp& qp);
   void reset(Qp& qp);
   void observe(const Qp& qp, const Bth& bth, PacketDecision d, std::string_view detail);
   void emit(Qp& qp, stack::Ipv4Address dest, const TransportPacket& p, PacketDecision d,

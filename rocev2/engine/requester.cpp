@@ -104,7 +104,10 @@ bool Engine::Impl::start_wqe(Qp& qp, SendWqe& w) {
   if (failure != WcStatus::Success) {
     complete_send(qp, w, failure);
     r.sq.erase(r.sq.begin() + static_cast<std::ptrdiff_t>(r.next_send));
-    enter_error(qp, "local error in a send WQE", std::nullopt);
+    // IBA 10.3.1: a local send error puts RC in ERR, but UC and UD only in SQE, where the
+    // receive side keeps working.
+    if (qp.type == QpType::Rc) enter_error(qp, "local error in a send WQE", std::nullopt);
+    else enter_send_queue_error(qp, "local error in a send WQE");
     return false;
   }
   w.packets = w.is_atomic() ? 1 : packets_for(w.length, mtu);
@@ -212,7 +215,10 @@ void Engine::Impl::retransmit_from(Qp& qp, Psn psn, Instant now, std::string_vie
   Requester& r = qp.req;
   std::size_t i = 0;
   while (i < r.sq.size() && r.sq[i].started && !r.sq[i].contains(psn)) ++i;
-  if (i >= r.sq.size() || !r.sq[i].started) return;
+  if (i >= r.sq.size() || !r.sq[i].started) {
+    pump(qp, now);
+    return;
+  }
   for (std::size_t j = i + 1; j < r.sq.size() && r.sq[j].started; ++j) r.sq[j].next_packet = 0;
   SendWqe& w = r.sq[i];
   w.next_packet = psn.distance_from(w.first_psn);
@@ -244,8 +250,10 @@ void Engine::Impl::on_timeout(Qp& qp, Instant now) {
 void Engine::Impl::on_rnr_wait_over(Qp& qp, Instant now) {
   Requester& r = qp.req;
   r.rnr_deadline.reset();
-  const std::optional<Psn> resume = std::exchange(r.rnr_resume_psn, std::nullopt);
-  if (resume) retransmit_from(qp, *resume, now, "RNR wait over");
+  std::optional<Psn> resume = std::exchange(r.rnr_resume_psn, std::nullopt);
+  // ACKs that arrived during the wait may have covered the NAKed PSN already.
+  if (resume && resume->before(r.comp_psn)) resume = r.comp_psn;
+  if (resume && r.comp_psn != r.high_psn) retransmit_from(qp, *resume, now, "RNR wait over");
   else pump(qp, now);
 }
 

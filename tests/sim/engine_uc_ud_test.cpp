@@ -183,6 +183,20 @@ TEST_CASE("UD: a message above the path MTU fails locally; a short receive buffe
   CHECK(p.a.host.sent.empty());
   REQUIRE(p.a.host.completions.size() == 1);
   CHECK(p.a.host.completions[0].status == WcStatus::LocLenErr);
+  CHECK(p.a.state() == QpState::Sqe);  // UD: the send queue stops, the receive side goes on
+  p.b.engine.post_recv(p.b.qpn, recv_wr(6, u.dst, 4096));
+  p.b.engine.post_send(p.b.qpn, [&] {
+    SendWr back = send_wr(2, WrOpcode::Send, u.dst, 10);
+    back.ud_dest_ip = p.a.ip;
+    back.ud_remote_qpn = p.a.qpn;
+    back.ud_remote_qkey = Qkey(0x11111111);
+    return back;
+  }(), p.now);
+  p.a.engine.post_recv(p.a.qpn, recv_wr(7, u.src, 4096));
+  p.deliver(p.b, p.a, p.b.host.take_sent());
+  REQUIRE(p.a.host.completions.size() == 2);
+  CHECK(p.a.host.completions[1].wr_id == 7);
+  CHECK(p.a.host.completions[1].status == WcStatus::Success);
 
   UdPair v;
   v.p.b.engine.post_recv(v.p.b.qpn, recv_wr(5, v.dst, 100));  // 40 + 100 does not fit
