@@ -99,7 +99,7 @@ void check_every_bit(Bytes packet) {
   }
 }
 
-TEST_CASE("Every bit outside the masked fields is covered; masked fields do not matter", "[icrc]") {
+TEST_CASE("Every bit outside the masked fields is covered, and masked fields do not matter", "[icrc]") {
   SECTION("ConnectX CNP") { check_every_bit(Bytes(kConnectXCnp.begin() + 14, kConnectXCnp.end())); }
   SECTION("one packet of each rxe capture") {
     for (const char* name : test::kRxeCaptures) {
