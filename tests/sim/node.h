@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,23 @@ struct NodeCounters {
   std::uint64_t frames_misaddressed = 0;
 };
 
+// Keeps the engine's last decisions, to print with a failing seed.
+class TraceRing final : public rocev2::EngineObserver {
+ public:
+  explicit TraceRing(std::size_t capacity) : capacity_(capacity) {}
+  void set_now(Instant now) { now_ = now; }
+  void on_state_change(rocev2::Qpn qpn, rocev2::QpState from, rocev2::QpState to, std::string_view cause) override;
+  void on_packet(rocev2::Qpn qpn, const rocev2::Bth& bth, rocev2::PacketDecision decision,
+                 std::string_view detail) override;
+  const std::deque<std::string>& lines() const { return lines_; }
+
+ private:
+  void add(std::string line);
+  std::size_t capacity_;
+  Instant now_{};
+  std::deque<std::string> lines_;
+};
+
 class Node final : public rocev2::EngineHost {
  public:
   Node(std::string name, Endpoint self, std::uint64_t address_space, std::uint32_t key_salt);
@@ -32,7 +50,10 @@ class Node final : public rocev2::EngineHost {
     peer_ = peer;
   }
   // Every engine call is made at some instant; the host remembers it to time-stamp frames.
-  void set_now(Instant now) { now_ = now; }
+  void set_now(Instant now) {
+    now_ = now;
+    trace_.set_now(now);
+  }
   void deliver(const Frame& frame, Instant now);
 
   rocev2::Engine& engine() { return engine_; }
@@ -40,6 +61,7 @@ class Node final : public rocev2::EngineHost {
   const Endpoint& self() const { return self_; }
   const std::string& name() const { return name_; }
   const NodeCounters& counters() const { return counters_; }
+  const std::deque<std::string>& trace() const { return trace_.lines(); }
 
   // Completions and async events since the last call, in the order the engine made them.
   std::vector<rocev2::Completion> take_completions();
@@ -56,6 +78,7 @@ class Node final : public rocev2::EngineHost {
   Endpoint peer_{};
   Link* out_ = nullptr;
   Instant now_{};
+  TraceRing trace_{5000};
   SimMemory memory_;
   rocev2::Engine engine_;
   std::vector<rocev2::Completion> completions_;

@@ -1,6 +1,7 @@
 #include "tests/sim/simulation.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -864,7 +865,13 @@ SimReport Simulation::run() {
         << f.resp->name() << " qp " << f.resp_qpn.value() << ", mtu " << f.mtu << ", posted " << f.ops.size()
         << ", completed " << f.next_completion << ", receives matched " << f.recv_matched << "/"
         << f.expected_recvs.size() << (f.failed ? ", failed" : "");
+      if (auto attr = f.req->engine().query_qp(f.req_qpn))
+        s << ", requester QP " << rocev2::to_string(attr->state);
       report_.failures.push_back(s.str());
+    }
+    if (std::getenv("RRDMA_SIM_TRACE") != nullptr) {
+      for (Node* node : {a_.get(), b_.get()})
+        for (const auto& line : node->trace()) report_.failures.push_back("  trace " + node->name() + ": " + line);
     }
   }
   return report_;
