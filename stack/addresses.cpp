@@ -86,8 +86,9 @@ std::optional<Ipv4Cidr> Ipv4Cidr::parse(std::string_view text) {
 }
 
 bool Ipv4Cidr::contains(Ipv4Address a) const {
-  // A shift by 32 is undefined, so /0 is its own case.
+  // A shift by 32 is undefined, so /0 is its own case (and /32 or more an exact match).
   if (prefix_len == 0) return true;
+  if (prefix_len >= 32) return a == address;
   const std::uint32_t mask = ~std::uint32_t{0} << (32 - prefix_len);
   return (a.value & mask) == (address.value & mask);
 }

@@ -14,12 +14,7 @@ namespace {
 
 constexpr std::size_t headroom = EthernetHeader::length() + Ipv4Header::length();
 
-// RFC 1122 3.2.1.3: a datagram's source must be a single host, never a broadcast or
-// multicast address (we cannot also tell the directed broadcast of a remote subnet).
-bool invalid_source(Ipv4Address source) {
-  const bool multicast = (source.value >> 28) == 0xe;  // 224.0.0.0/4
-  return multicast || source.value == 0xffffffff;
-}
+bool is_multicast(Ipv4Address address) { return (address.value >> 28) == 0xe; }  // 224.0.0.0/4
 
 // Linux sends ICMP errors with DSCP CS6 (TOS 0xc0), the precedence RFC 1812 4.3.2.5
 // asks of ICMP error messages; we do the same.
@@ -48,7 +43,11 @@ void Interface::Impl::receive_ipv4(const EthernetView& frame, Instant now) {
   // No reassembly (RFC 1122 3.3.2 makes it a MUST for general hosts; RoCE v2 sets DF and
   // the vnic has no other IP users).
   if (ip.is_fragment()) return drop(Stat::ip_drop_fragment, frame.bytes());
-  if (invalid_source(ip.source())) return drop(Stat::ip_drop_bad_source, frame.bytes());
+  // RFC 1122 3.2.1.3: a source is one host, never a broadcast or multicast address (a
+  // remote subnet's directed broadcast cannot be told from a host, so it passes).
+  if (is_multicast(ip.source()) || is_broadcast(ip.source())) {
+    return drop(Stat::ip_drop_bad_source, frame.bytes());
+  }
   if (ip.destination() != config.address && !is_broadcast(ip.destination())) {
     return drop(Stat::ip_drop_not_for_us, frame.bytes());
   }

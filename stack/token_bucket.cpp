@@ -8,10 +8,12 @@ TokenBucket::TokenBucket(std::uint32_t burst, Duration refill_interval)
     : burst_(burst), refill_interval_(refill_interval), tokens_(burst) {}
 
 void TokenBucket::refill(Instant now) {
-  if (!last_refill_ || now < *last_refill_) {
+  if (!last_refill_) {
     last_refill_ = now;
     return;
   }
+  // Time going backwards (a caller's bug) earns nothing, and moves no anchor.
+  if (now < *last_refill_) return;
   if (refill_interval_ <= Duration::zero()) {
     tokens_ = burst_;
     return;

@@ -199,7 +199,10 @@ TEST_CASE("hostile: lying IPv4 header fields", "[hostile][ipv4]") {
   store_be32(bad, 26, 0xe0000001);  // multicast source
   fix_ip_checksum(bad);
   h.feed(bad);
-  CHECK(h.get("ipv4", "drop_bad_source") == 1);
+  store_be32(bad, 26, 0x0a6300ff);  // our subnet's broadcast as a source
+  fix_ip_checksum(bad);
+  h.feed(bad);
+  CHECK(h.get("ipv4", "drop_bad_source") == 2);
 
   bad = good;
   bad[23] = 6;  // TCP

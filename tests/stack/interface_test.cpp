@@ -489,6 +489,27 @@ TEST_CASE("interface: routing on-link, via the gateway, or unroutable", "[interf
   }
 }
 
+TEST_CASE("interface: an echo from off-link is answered through the gateway",
+          "[interface][icmp][ipv4]") {
+  RecordingSink sink;
+  InterfaceConfig config = our_config();
+  config.gateway = gateway_ip;
+  Interface iface(config, sink);
+  const MacAddress gateway_mac{{0x02, 0x00, 0x00, 0x99, 0x00, 0xfe}};
+  iface.receive_frame(arp_frame(ArpOperation::request, MacAddress::broadcast(), gateway_mac,
+                                gateway_ip, MacAddress{}, our_ip),
+                      t0);
+  sink.frames.clear();
+  IcmpMessage request{IcmpType::echo_request, 0, 7, 1, 0, {}};
+  Bytes icmp(request.length());
+  request.emit(icmp);
+  iface.receive_frame(ip_frame(IpProtocol::icmp, icmp, remote_ip), t0);
+  REQUIRE(sink.frames.size() == 1);
+  const auto eth = EthernetView::check(sink.frames[0]);
+  CHECK(eth->destination() == gateway_mac);
+  CHECK(Ipv4View::check(eth->payload())->destination() == remote_ip);
+}
+
 TEST_CASE("interface: unanswered ARP fails after three requests and reports upward",
           "[interface][arp]") {
   RecordingSink sink;
