@@ -60,6 +60,7 @@ void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p, Instant /*now*/)
     return;
   }
   s.nak_sent_for_gap = false;
+  s.duplicate_acked = false;
   const Verdict v = execute(qp, p);
   switch (v.kind) {
     case Verdict::Kind::Ok: break;
@@ -89,10 +90,13 @@ void Engine::Impl::rc_duplicate(Qp& qp, const TransportPacket& p) {
   Responder& s = qp.resp;
   const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
   if (f.has(OpcodeFlags::kSend) || f.has(OpcodeFlags::kWrite)) {
-    if (!p.bth.ack_req) {
-      observe(qp, p.bth, PacketDecision::Duplicate, "duplicate without AckReq: dropped");
+    // rxe re-ACKs every duplicate packet; we answer the first of a run (so that a resent
+    // burst whose AckReq packets got lost still learns where we are) and each AckReq.
+    if (!p.bth.ack_req && s.duplicate_acked) {
+      observe(qp, p.bth, PacketDecision::Duplicate, "duplicate: already re-ACKed");
       return;
     }
+    s.duplicate_acked = true;
     observe(qp, p.bth, PacketDecision::Duplicate, "duplicate: ACK again");
     send_ack(qp, s.expected_psn - 1, ack_syndrome(), PacketDecision::Sent, "ACK (duplicate)");
     return;

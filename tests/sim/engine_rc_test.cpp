@@ -108,8 +108,25 @@ TEST_CASE("a duplicate SEND with AckReq is ACKed again and not delivered twice")
   CHECK(p.b.engine.counters().duplicate_requests == 1);
   CHECK(p.b.observer.count(PacketDecision::Duplicate) == 1);
 
-  p.deliver(p.a, p.b, {out[0]});  // no AckReq: dropped without an answer
+  p.deliver(p.a, p.b, {out[0]});  // no AckReq, and the run was re-ACKed already: no answer
   CHECK(p.b.host.sent.empty());
+}
+
+TEST_CASE("the first duplicate of a run is re-ACKed even without AckReq") {
+  SendSetup s(3000);
+  Pair& p = s.pair;
+  p.b.engine.post_recv(p.b.qpn, recv_wr(1, s.dst, 8192));
+  p.a.engine.post_send(p.a.qpn, send_wr(5, WrOpcode::Send, s.src, 3000), p.now);
+  const std::vector<Captured> out = p.a.host.take_sent();
+  p.deliver(p.a, p.b, out);
+  p.b.host.take_sent();
+  p.deliver(p.a, p.b, {out[0], out[1]});  // a resent burst whose AckReq packet was lost
+  const std::vector<Captured> acks = p.b.host.take_sent();
+  REQUIRE(acks.size() == 1);
+  CHECK(acks[0].packet.bth.psn == p.a_psn + 2);
+  p.deliver(p.b, p.a, acks);
+  REQUIRE(p.a.host.completions.size() == 1);
+  CHECK(p.a.host.completions[0].status == WcStatus::Success);
 }
 
 TEST_CASE("a PSN gap is NAKed once, and go-back-N recovers it") {
