@@ -122,7 +122,7 @@ void Engine::Impl::on_ack(Qp& qp, const TransportPacket& p, Instant now) {
 }
 
 // IBA 9.7.5.2.8: the responder had no receive WQE. Wait the time it asked for, then resend
-// from the NAKed PSN; rnr_retry 7 means forever (IBA 9.7.6.1.4 / C9-?).
+// from the NAKed PSN; rnr_retry 7 means forever (IBA 9.7.6.1.4).
 void Engine::Impl::on_rnr_nak(Qp& qp, const TransportPacket& p, Instant now) {
   ++counters_.rnr_naks_received;
   observe(qp, p.bth, PacketDecision::NakReceived, "RNR NAK");

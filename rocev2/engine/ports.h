@@ -106,7 +106,7 @@ enum class PacketDecision : std::uint8_t {
   Retransmitted,       // a request sent again (detail: timeout / NAK sequence / RNR)
   Accepted,            // a request executed, or a response that completed work
   Duplicate,           // an old request: re-ACKed, READ re-executed, atomic replayed
-  OutOfSequenceNak,    // first packet after a PSN gap: NAK sent (C9-110)
+  OutOfSequenceNak,    // first packet after a PSN gap: NAK sent (IBA 9.7.5.1.2)
   OutOfSequenceDrop,   // later packets of the same gap: silently dropped
   RnrNak,              // no receive WQE posted
   InvalidRequestNak,   // NAK 0x61

@@ -75,7 +75,7 @@ void Engine::Impl::pump(Qp& qp, Instant now) {
 }
 
 // IBA 10.8.3.3: a fenced WQE waits until every earlier READ and atomic has completed;
-// IBA 9.7.4.1.2 / C9-?: never more READs and atomics outstanding than max_rd_atomic.
+// IBA 9.7.4.1.2: never more READs and atomics outstanding than max_rd_atomic.
 bool Engine::Impl::may_start(const Qp& qp, const SendWqe& w) const {
   const Requester& r = qp.req;
   if ((w.wr.flags & send_flags::kFence) && r.rd_atomic_in_flight > 0) return false;
@@ -164,7 +164,7 @@ void Engine::Impl::send_atomic_request(Qp& qp, SendWqe& w, TransportPacket& p) {
 }
 
 // One SEND or WRITE segment: every packet but the last carries exactly one path MTU
-// (IBA 9.7.2.1 / C9-?); the RETH rides on the first, ImmDt and IETH on the last.
+// (IBA 9.7.2.1); the RETH rides on the first, ImmDt and IETH on the last.
 bool Engine::Impl::fill_segment(Qp& qp, SendWqe& w, TransportPacket& p) {
   Requester& r = qp.req;
   const std::uint32_t mtu = qp.attr.path_mtu;

@@ -40,7 +40,7 @@ void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p, Instant /*now*/)
   Responder& s = qp.resp;
   const Psn psn = p.bth.psn;
   if (psn.after(s.expected_psn)) {
-    // IBA 9.7.5.1.2 (C9-110..112 as rxe reads them): a PSN beyond the expected one means
+    // IBA 9.7.5.1.2 (rxe: sent_psn_nak): a PSN beyond the expected one means
     // packets were lost. NAK once per gap with the expected PSN, then drop silently until
     // it arrives, so one loss costs one NAK and one go-back-N.
     ++counters_.out_of_sequence;
@@ -148,7 +148,7 @@ Verdict Engine::Impl::execute(Qp& qp, const TransportPacket& p) {
   return Verdict::invalid_request("not a request this QP executes");
 }
 
-// IBA 9.7.5.1.3 / C9-?: a message is FIRST MIDDLE* LAST or ONLY, never interleaved.
+// IBA 9.7.5.1.3: a message is FIRST MIDDLE* LAST or ONLY, never interleaved.
 Verdict Engine::Impl::check_sequence(const Qp& qp, OpcodeFlags f) const {
   bool ok = false;
   switch (qp.resp.in_progress) {
@@ -291,7 +291,7 @@ Verdict Engine::Impl::execute_read(Qp& qp, const TransportPacket& p) {
   }
   // The READ occupies one PSN per response packet (IBA 9.7.4.1.3).
   s.expected_psn = p.bth.psn + packets_for(reth.dma_length, qp.attr.path_mtu);
-  s.msn = next(s.msn);
+  s.msn = next(s.msn);  // counted when executed, so the responses carry it (C9-148)
   remember(qp, {p.bth.psn, false, 0});
   if (!send_read_responses(qp, mr ? &*mr : nullptr, reth.virtual_address, reth.dma_length, p.bth.psn, false))
     return Verdict::operational_error("source memory unreadable", WcStatus::RemOpErr);
