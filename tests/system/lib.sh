@@ -85,6 +85,10 @@ init_test() {
   trap cleanup EXIT
   TMPD=$(mktemp -d "/tmp/rrdma-system.XXXXXX")
   register_dir "$TMPD"
+  # In a sanitizer build the daemon has no terminal once it detaches: its reports go to
+  # files here, and cleanup fails the test if there are any.
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$TMPD/asan"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}log_path=$TMPD/ubsan"
   trap 'exit 130' INT
   trap 'log "terminated (signal or the ${TEST_DEADLINE}s deadline)"; exit 143' TERM
   # ctest kills a test that overruns its TIMEOUT with SIGKILL, which no trap survives;
@@ -130,10 +134,14 @@ cleanup() {
   fi
   for name in "${CLEAN_VNICS[@]}"; do
     if [[ -e "$RUN_DIR/$name.pid" ]] || host ip link show "$name" &>/dev/null; then
-      host timeout 15 "$RRDMA_VNIC" down "$name" &>/dev/null
-      # If `down` failed, stop the daemon this test started (its pid file names it).
       pid=$(cat "$RUN_DIR/$name.pid" 2>/dev/null)
-      [[ "$pid" =~ ^[0-9]+$ ]] && kill -9 "$pid" 2>/dev/null
+      host timeout 15 "$RRDMA_VNIC" down "$name" &>/dev/null
+      # Give the daemon time to exit (and a sanitizer time to write its report); if it
+      # does not, stop it: the pid file names the daemon this test started.
+      if [[ "$pid" =~ ^[0-9]+$ ]]; then
+        for _ in {1..50}; do pid_alive "$pid" || break; sleep 0.2; done
+        kill -9 "$pid" 2>/dev/null
+      fi
       host ip link del "$name" &>/dev/null
       rm -f "$RUN_DIR/$name.pid" "$RUN_DIR/$name.sock"
     fi
@@ -147,6 +155,13 @@ cleanup() {
   if [[ -n "$HOST_NS" ]]; then
     ip netns del "$HOST_NS" &>/dev/null
   fi
+  local report
+  for report in "${TMPD:-/nonexistent}"/asan.* "${TMPD:-/nonexistent}"/ubsan.*; do
+    [[ -e "$report" ]] || continue
+    echo "FAIL [$TEST_NAME]: sanitizer report $(basename "$report"):" >&2
+    head -c 6000 "$report" >&2
+    rc=1
+  done
   for name in "${CLEAN_DIRS[@]}"; do
     rm -rf -- "$name"
   done
@@ -226,10 +241,15 @@ vnic_up() {
   host ip link show "$name" &>/dev/null || fail "up returned 0 but there is no interface $name"
 }
 
+# vnic_down NAME: `rrdma-vnic down` that must succeed, and stop the daemon.
 vnic_down() {
-  local rc=0
+  local rc=0 pid
+  pid=$(cat "$RUN_DIR/$1.pid" 2>/dev/null)
   host timeout 30 "$RRDMA_VNIC" down "$1" >"$TMPD/down.out" 2>"$TMPD/down.err" || rc=$?
   (( rc == 0 )) || fail "rrdma-vnic down $1: exit $rc: $(cat "$TMPD/down.err")"
+  if [[ "$pid" =~ ^[0-9]+$ ]]; then
+    wait_until 10 "daemon $pid of $1 to exit after down" eval "! pid_alive $pid"
+  fi
 }
 
 link_exists() { host ip link show "$1" &>/dev/null; }
