@@ -3,7 +3,8 @@
 // source, a posted work request, time passing. Actions out, through the ports (ports.h):
 // packets to send, memory reads and writes, completions, async events. Time is always an
 // argument; next_deadline() says when advance() must next be called. No sockets, no clocks,
-// no threads: the caller serialises all calls.
+// no threads: the caller serialises all calls, and the host's callbacks (ports.h) must not
+// call back into the same engine (queue the work and do it after the call returns).
 #pragma once
 
 #include <cstdint>
