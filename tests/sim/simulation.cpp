@@ -101,6 +101,7 @@ struct Op {
   std::uint64_t expected_original = 0;       // atomics
   std::uint32_t imm = 0;
   rocev2::Rkey inv{};
+  bool signaled = true;
   bool completed_ok = false;
 };
 
@@ -495,7 +496,11 @@ void Simulation::post_work(Flow& f) {
     rocev2::SendWr wr;
     wr.wr_id = op.wr_id;
     wr.opcode = op.opcode;
-    wr.flags = rocev2::send_flags::kSignaled;
+    // Unsignaled now and then, but never the last of a window: some completion must come
+    // back to free the window (and a successful unsignaled WR completes silently).
+    const bool window_end = (index + 1) % f.window == 0 || index + 1 == static_cast<std::size_t>(config_.ops_per_pair);
+    op.signaled = window_end || rng_.below(3) != 0;
+    wr.flags = op.signaled ? rocev2::send_flags::kSignaled : 0;
     if (rng_.below(8) == 0) wr.flags |= rocev2::send_flags::kSolicited;
     if (f.type == QpType::Rc && rng_.below(10) == 0) wr.flags |= rocev2::send_flags::kFence;
     wr.sg_list = op.local;
@@ -580,6 +585,17 @@ void Simulation::on_send_completion(Flow& f, const Completion& wc) {
   const std::string where = std::string(name_of(f.type)) + " flow " + std::to_string(f.id);
   if (f.next_completion >= f.ops.size())
     return fail(where + ": send completion wr_id " + std::to_string(wc.wr_id) + " with nothing outstanding");
+  // Successful unsignaled WRs complete silently; a completion for a later WR says they are
+  // done, since a send queue completes in order. Errors and flushes always complete.
+  while (!f.failed && f.next_completion < f.ops.size() && f.ops[f.next_completion].wr_id != wc.wr_id &&
+         !f.ops[f.next_completion].signaled) {
+    Op& silent = f.ops[f.next_completion++];
+    silent.completed_ok = true;
+    ++report_.ops_completed;
+    check_send_data(f, silent);
+  }
+  if (f.next_completion >= f.ops.size())
+    return fail(where + ": send completion wr_id " + std::to_string(wc.wr_id) + " for nothing outstanding");
   Op& op = f.ops[f.next_completion];
   const std::string what = where + " op " + std::to_string(f.next_completion) + " " + name_of(op.opcode);
   if (wc.wr_id != op.wr_id)
