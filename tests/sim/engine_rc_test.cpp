@@ -432,6 +432,8 @@ TEST_CASE("moving to ERR flushes every send and receive WQE; later posts complet
   CHECK_FALSE(c[1].send_queue);
   CHECK(c[1].wr_id == 1);
   CHECK(c[2].wr_id == 2);
+  REQUIRE_FALSE(p.b.observer.transitions.empty());
+  CHECK(p.b.observer.transitions.back() == std::make_pair(QpState::Rts, QpState::Err));
   REQUIRE(p.b.engine.post_recv(p.b.qpn, recv_wr(4, s.dst, 100)) == VerbResult::Ok);
   c = p.b.host.take_completions();
   REQUIRE(c.size() == 1);
@@ -512,6 +514,52 @@ TEST_CASE("SEND with immediate, SEND with invalidate and WRITE with immediate co
   CHECK(c[2].byte_len == 20);
   CHECK(c[2].imm_data == 0xAABBCCDD);
   CHECK(p.a.host.completions.size() == 3);
+}
+
+TEST_CASE("scatter/gather lists on both sides, across MTU boundaries, for SEND and READ") {
+  Pair p;
+  const MrFacts src = p.a.memory.add(p.a.pd, access::kLocalWrite, 3000, 0x10000);
+  const MrFacts r1 = p.b.memory.add(p.b.pd, access::kLocalWrite | access::kRemoteRead, 1000, 0x20000);
+  const MrFacts r2 = p.b.memory.add(p.b.pd, access::kLocalWrite | access::kRemoteRead, 3000, 0x30000);
+  const std::vector<std::uint8_t> data = pattern(3000, 21);
+  std::copy(data.begin(), data.end(), p.a.memory.bytes(src).begin());
+  // Gather 100 + 1200 + 1000 bytes from three places of one region.
+  std::vector<std::uint8_t> message(data.begin(), data.begin() + 100);
+  message.insert(message.end(), data.begin() + 500, data.begin() + 1700);
+  message.insert(message.end(), data.begin() + 2000, data.end());
+  SendWr wr;
+  wr.wr_id = 1;
+  wr.flags = send_flags::kSignaled;
+  wr.sg_list = {Sge{src.base, 100, src.lkey}, Sge{src.base + 500, 1200, src.lkey}, Sge{src.base + 2000, 1000, src.lkey}};
+  // Scatter into 1000 bytes of one region and the rest of another.
+  p.b.engine.post_recv(p.b.qpn, RecvWr{9, {Sge{r1.base, 1000, r1.lkey}, Sge{r2.base, 2000, r2.lkey}}});
+  p.a.engine.post_send(p.a.qpn, wr, p.now);
+  CHECK(p.a.host.sent.size() == 3);
+  p.exchange();
+  REQUIRE(p.b.host.completions.size() == 1);
+  CHECK(p.b.host.completions[0].byte_len == 2300);
+  std::vector<std::uint8_t> got(p.b.memory.bytes(r1).begin(), p.b.memory.bytes(r1).end());
+  got.insert(got.end(), p.b.memory.bytes(r2).begin(), p.b.memory.bytes(r2).begin() + 1300);
+  CHECK(got == message);
+
+  // READ 2300 bytes of r2 back into the three pieces of src.
+  std::fill(p.a.memory.bytes(src).begin(), p.a.memory.bytes(src).end(), 0);
+  SendWr rd = wr;
+  rd.wr_id = 2;
+  rd.opcode = WrOpcode::RdmaRead;
+  rd.remote_addr = r2.base;
+  rd.rkey = r2.rkey;
+  p.a.engine.post_send(p.a.qpn, rd, p.now);
+  p.exchange();
+  REQUIRE(p.a.host.completions.size() == 2);
+  CHECK(p.a.host.completions[1].status == WcStatus::Success);
+  const std::span<std::uint8_t> a = p.a.memory.bytes(src);
+  std::vector<std::uint8_t> back(a.begin(), a.begin() + 100);
+  back.insert(back.end(), a.begin() + 500, a.begin() + 1700);
+  back.insert(back.end(), a.begin() + 2000, a.end());
+  std::vector<std::uint8_t> want(p.b.memory.bytes(r2).begin(), p.b.memory.bytes(r2).begin() + 2300);
+  CHECK(back == want);
+  CHECK(std::all_of(a.begin() + 100, a.begin() + 500, [](std::uint8_t b) { return b == 0; }));
 }
 
 TEST_CASE("inline data is copied at post time") {
