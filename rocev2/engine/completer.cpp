@@ -182,7 +182,9 @@ void Engine::Impl::on_nak(Qp& qp, const TransportPacket& p, Instant now) {
   if (r.sq.empty() || !r.sq.front().contains(p.bth.psn)) return;
   const std::uint8_t code = syndrome_value(p.aeth->syndrome);
   if (code == static_cast<std::uint8_t>(NakCode::PsnSequenceError)) {
-    retransmit_from(qp, p.bth.psn, now, "NAK PSN sequence error");
+    // During an RNR wait the RNR timer decides when to resend (a peer may NAK the rest
+    // of the burst that followed the RNR-NAKed packet).
+    if (!r.rnr_deadline) retransmit_from(qp, p.bth.psn, now, "NAK PSN sequence error");
     return;
   }
   fail_front(qp, status_for_nak(code), "NAK from the responder");

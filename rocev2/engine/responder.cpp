@@ -67,6 +67,9 @@ void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p, Instant /*now*/)
     case Verdict::Kind::Rnr:
       // IBA 9.7.5.2.8: the NAK carries our minimum RNR timer; the PSN stays expected.
       ++counters_.rnr_naks_sent;
+      // The rest of the burst behind this packet is now out of sequence; the RNR NAK
+      // stands for the NAK of that gap, so that no sequence NAK cuts the RNR wait short.
+      s.nak_sent_for_gap = true;
       observe(qp, p.bth, PacketDecision::RnrNak, v.why);
       send_ack(qp, psn, rnr_nak_syndrome(qp.attr.min_rnr_timer), PacketDecision::Sent, "RNR NAK");
       return;

@@ -188,6 +188,30 @@ TEST_CASE("no receive WQE: RNR NAK, the requester waits the RNR time, then retri
   CHECK(p.a.host.completions[0].status == WcStatus::Success);
 }
 
+TEST_CASE("an RNR NAK on a FIRST: the rest of the burst is dropped silently, the wait holds") {
+  SendSetup s(3000);
+  Pair& p = s.pair;
+  p.a.engine.post_send(p.a.qpn, send_wr(5, WrOpcode::Send, s.src, 3000), p.now);
+  p.deliver(p.a, p.b, p.a.host.take_sent());
+  const std::vector<Captured> answer = p.b.host.take_sent();
+  REQUIRE(answer.size() == 1);  // one RNR NAK, no sequence NAK for MIDDLE and LAST
+  CHECK((answer[0].packet.aeth->syndrome & 0xE0) == 0x20);
+  CHECK(p.b.observer.count(PacketDecision::OutOfSequenceDrop) == 2);
+  p.deliver(p.b, p.a, answer);
+  // Even a sequence NAK (as rxe would send for the MIDDLE) does not end the wait.
+  Captured seq = answer[0];
+  seq.packet.aeth->syndrome = 0x60;
+  p.deliver(p.b, p.a, {seq});
+  CHECK(p.a.host.sent.empty());
+  p.b.engine.post_recv(p.b.qpn, recv_wr(1, s.dst, 4096));
+  p.now += rnr_delay(12);
+  p.a.engine.advance(p.now);
+  CHECK(p.a.host.sent.size() == 3);
+  p.exchange();
+  REQUIRE(p.a.host.completions.size() == 1);
+  CHECK(p.a.host.completions[0].status == WcStatus::Success);
+}
+
 TEST_CASE("rnr_retry 0: the first RNR NAK fails the WQE with RNR retry exceeded") {
   QpAttr tweak;
   tweak.rnr_retry = 0;
