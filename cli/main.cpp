@@ -1,1 +1,132 @@
-int main() { return 0; }
+// rrdma-vnic: parses the command line and calls vnic/'s API; nothing else lives here.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "vnic/config.h"
+#include "vnic/daemon.h"
+#include "vnic/report.h"
+
+namespace {
+
+using rrdma::vnic::Outcome;
+
+constexpr const char* kExamples = R"(Examples:
+  rrdma-vnic up --name rv0 --ip 10.66.0.10/24 --bridge br-rdma --create-bridge
+  rrdma-vnic status rv0
+  rrdma-vnic stats rv0 --json
+  rrdma-vnic list
+  rrdma-vnic down rv0
+Run `rrdma-vnic SUBCOMMAND --help` for the options of each subcommand.)";
+
+constexpr const char* kUpExamples = R"(Examples:
+  # a vnic on a new bridge br-rdma, detached; returns once the vnic answers
+  rrdma-vnic up --name rv0 --ip 10.66.0.10/24 --bridge br-rdma --create-bridge
+  # on an existing bridge, with the physical uplink eth1 added to it and a gateway
+  rrdma-vnic up --name rv0 --ip 192.168.7.20/24 --bridge br0 --uplink eth1 --gateway 192.168.7.1
+  # jumbo frames, a fixed MAC, in the foreground (Ctrl-C stops it)
+  rrdma-vnic up --name rv1 --ip 10.66.0.11/24 --mtu 9000 --mac 02:00:00:00:00:11 --foreground
+The vnic is a host behind the TAP: it has its own MAC and the IP address; the kernel's
+side of the TAP gets neither an address nor the vnic's MAC and is only a bridge port.
+Needs CAP_NET_ADMIN. State lives in /run/rrdma/NAME.{pid,sock,state,log}.)";
+
+int finish(const Outcome& outcome) {
+  for (const auto& note : outcome.notes) std::cerr << "rrdma-vnic: " << note << "\n";
+  if (!outcome.ok) {
+    std::cerr << "rrdma-vnic: " << outcome.message << "\n";
+    return 1;
+  }
+  if (!outcome.message.empty()) std::cout << outcome.message << "\n";
+  return 0;
+}
+
+int run_up(const rrdma::vnic::UpArguments& args, bool foreground) {
+  const auto validated = rrdma::vnic::validate(args);
+  if (!validated.config) {
+    std::cerr << "rrdma-vnic: " << validated.error << "\n";
+    return 2;
+  }
+  return finish(rrdma::vnic::start_vnic(*validated.config, foreground));
+}
+
+int run_query(const std::string& name, const std::string& cmd, bool json) {
+  const auto result = rrdma::vnic::query_vnic(name, cmd);
+  if (!result.reply) {
+    std::cerr << "rrdma-vnic: " << result.error << "\n";
+    return 1;
+  }
+  if (json) {
+    std::cout << result.reply->dump(2) << "\n";
+  } else {
+    std::cout << (cmd == "status" ? rrdma::vnic::format_status(*result.reply)
+                                  : rrdma::vnic::format_stats(*result.reply));
+  }
+  return 0;
+}
+
+int run_list(bool json) {
+  const auto listing = rrdma::vnic::list_vnics();
+  for (const auto& note : listing.notes) std::cerr << "rrdma-vnic: " << note << "\n";
+  if (json) {
+    std::cout << nlohmann::json(listing.running).dump(2) << "\n";
+  } else {
+    for (const auto& status : listing.running) std::cout << rrdma::vnic::format_list_line(status) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rrdma-vnic: a software RDMA NIC. `up` creates a TAP interface behind which a daemon\n"
+               "answers ARP, ICMP and RoCE v2 as a host of its own on your bridge.",
+               "rrdma-vnic"};
+  app.footer(kExamples);
+  app.require_subcommand(1);
+
+  rrdma::vnic::UpArguments up_args;
+  bool foreground = false;
+  auto* up = app.add_subcommand("up", "Create a vnic and start its daemon");
+  up->footer(kUpExamples);
+  up->add_option("--name", up_args.name, "Interface name of the TAP, also the vnic's name (1-15 chars)")->required();
+  up->add_option("--ip", up_args.ip, "The vnic's IPv4 address and prefix length, e.g. 10.66.0.10/24 (its RoCE v2 GID)")->required();
+  up->add_option("--mac", up_args.mac, "The vnic's MAC (default: a stable locally administered MAC derived from NAME)");
+  up->add_option("--mtu", up_args.mtu, "IP MTU of the vnic and its TAP, 576..9000")->capture_default_str();
+  auto* bridge = up->add_option("--bridge", up_args.bridge, "Bridge to attach the TAP to as a port");
+  up->add_flag("--create-bridge", up_args.create_bridge, "Create BR if it does not exist (removed again by `down`)")->needs(bridge);
+  up->add_option("--uplink", up_args.uplink, "Interface to add to BR as well, e.g. a physical NIC")->needs(bridge);
+  up->add_option("--gateway", up_args.gateway, "Default gateway for addresses outside the subnet");
+  up->add_flag("--foreground", foreground, "Stay in the foreground, log to stderr; SIGINT/SIGTERM stop it");
+
+  std::string name;
+  bool json = false;
+  auto* down = app.add_subcommand("down", "Stop a vnic: removes its TAP, the bridge it created, its state");
+  down->footer("Example:\n  rrdma-vnic down rv0");
+  down->add_option("name", name, "The vnic's name")->required();
+
+  auto* list = app.add_subcommand("list", "One line per running vnic");
+  list->footer("Example:\n  rrdma-vnic list");
+  list->add_flag("--json", json, "Print a JSON array of status objects");
+
+  auto* status = app.add_subcommand("status", "Name, MAC, IP/LEN, MTU, bridge, gateway, uptime, pid, neighbours");
+  status->footer("Examples:\n  rrdma-vnic status rv0\n  rrdma-vnic status rv0 --json");
+  status->add_option("name", name, "The vnic's name")->required();
+  status->add_flag("--json", json, "Print the daemon's JSON reply");
+
+  auto* stats = app.add_subcommand("stats", "Counters by layer: ethernet, arp, ipv4, icmp, udp, daemon");
+  stats->footer("Examples:\n  rrdma-vnic stats rv0\n  rrdma-vnic stats rv0 --json");
+  stats->add_option("name", name, "The vnic's name")->required();
+  stats->add_flag("--json", json, "Print the daemon's JSON reply");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (up->parsed()) return run_up(up_args, foreground);
+  if (down->parsed()) return finish(rrdma::vnic::stop_vnic(name));
+  if (list->parsed()) return run_list(json);
+  if (status->parsed()) return run_query(name, "status", json);
+  if (stats->parsed()) return run_query(name, "stats", json);
+  return 1;
+}

@@ -1,0 +1,94 @@
+#include <catch2/catch.hpp>
+
+#include "vnic/report.h"
+
+using namespace rrdma;
+using namespace rrdma::vnic;
+using nlohmann::json;
+
+namespace {
+
+VnicConfig sample_config() {
+  UpArguments args;
+  args.name = "rv0";
+  args.ip = "10.66.0.10/24";
+  args.bridge = "br0";
+  args.gateway = "10.66.0.1";
+  args.mac = "02:00:00:aa:bb:cc";
+  return *validate(args).config;
+}
+
+}  // namespace
+
+TEST_CASE("status JSON has exactly the documented fields and types", "[vnic][report]") {
+  const auto config = sample_config();
+  stack::ArpEntry neighbour{*stack::Ipv4Address::parse("10.66.0.20"),
+                            *stack::MacAddress::parse("02:11:22:33:44:55"), std::chrono::milliseconds(7500)};
+  const json status = status_json(StatusReport{config, 4242, std::chrono::seconds(90), {neighbour}});
+  CHECK(status.size() == 9);
+  CHECK(status["name"] == "rv0");
+  CHECK(status["mac"] == "02:00:00:aa:bb:cc");
+  CHECK(status["ip"] == "10.66.0.10/24");
+  CHECK(status["mtu"] == 1500);
+  CHECK(status["bridge"] == "br0");
+  CHECK(status["gateway"] == "10.66.0.1");
+  CHECK(status["pid"] == 4242);
+  CHECK(status["uptime_s"] == 90);
+  CHECK(status["uptime_s"].is_number_integer());
+  REQUIRE(status["neighbours"].size() == 1);
+  CHECK(status["neighbours"][0] == json{{"ip", "10.66.0.20"}, {"mac", "02:11:22:33:44:55"}, {"age_s", 7}});
+}
+
+TEST_CASE("status JSON: absent bridge and gateway are null, neighbours an empty array", "[vnic][report]") {
+  UpArguments args;
+  args.name = "rv1";
+  args.ip = "192.168.5.5/16";
+  const auto config = *validate(args).config;
+  const json status = status_json(StatusReport{config, 1, {}, {}});
+  CHECK(status["bridge"].is_null());
+  CHECK(status["gateway"].is_null());
+  CHECK(status["ip"] == "192.168.5.5/16");
+  CHECK(status["neighbours"].is_array());
+  CHECK(status["neighbours"].empty());
+  // Round trip through text, as the CLI and the system tests see it.
+  CHECK(json::parse(status.dump()) == status);
+}
+
+TEST_CASE("stats JSON: every layer present, counters under their layer", "[vnic][report]") {
+  LoopCounters loop;
+  loop.tap_rx_frames = 7;
+  loop.tx_queue_drops = 2;
+  const std::vector<stack::Counter> counters{{"ethernet", "rx_frames", 11},
+                                             {"icmp", "rx_echo_requests", 3},
+                                             {"ethernet", "drop_too_short", 1}};
+  const json stats = stats_json(counters, loop);
+  for (const char* layer : {"ethernet", "arp", "ipv4", "icmp", "udp", "daemon"}) {
+    INFO(layer);
+    CHECK(stats[layer].is_object());
+  }
+  CHECK(stats.size() == 6);
+  CHECK(stats["ethernet"] == json{{"rx_frames", 11}, {"drop_too_short", 1}});
+  CHECK(stats["icmp"]["rx_echo_requests"] == 3);
+  CHECK(stats["arp"].empty());
+  CHECK(stats["daemon"]["tap_rx_frames"] == 7);
+  CHECK(stats["daemon"]["tx_queue_drops"] == 2);
+  CHECK(stats["daemon"].size() == named(loop).size());
+  for (const auto& [name, value] : stats["daemon"].items()) {
+    INFO(name);
+    CHECK(value.is_number_unsigned());
+  }
+}
+
+TEST_CASE("human status shows every field and each neighbour", "[vnic][report]") {
+  const auto config = sample_config();
+  stack::ArpEntry neighbour{*stack::Ipv4Address::parse("10.66.0.20"),
+                            *stack::MacAddress::parse("02:11:22:33:44:55"), std::chrono::seconds(3)};
+  const auto text = format_status(status_json(StatusReport{config, 99, std::chrono::seconds(5), {neighbour}}));
+  CHECK_THAT(text, Catch::Contains("name:     rv0"));
+  CHECK_THAT(text, Catch::Contains("ip:       10.66.0.10/24"));
+  CHECK_THAT(text, Catch::Contains("bridge:   br0"));
+  CHECK_THAT(text, Catch::Contains("pid:      99"));
+  CHECK_THAT(text, Catch::Contains("10.66.0.20  02:11:22:33:44:55  age 3 s"));
+  const auto line = format_list_line(status_json(StatusReport{config, 99, {}, {}}));
+  CHECK(line == "rv0  02:00:00:aa:bb:cc  10.66.0.10/24  mtu 1500  bridge br0  pid 99");
+}

@@ -1,0 +1,61 @@
+// The settings of one vnic, as the user gives them to `rrdma-vnic up`, and the pure
+// checks and derivations on them (no system calls here, so the tests can pin them down).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "stack/addresses.h"
+
+namespace rrdma::vnic {
+
+inline constexpr std::uint16_t kMinMtu = 576;   // RFC 791: every host must accept 576 bytes
+inline constexpr std::uint16_t kMaxMtu = 9000;  // the usual jumbo frame
+inline constexpr std::uint16_t kDefaultMtu = 1500;
+
+struct VnicConfig {
+  std::string name;                 // the TAP interface and the /run/rrdma/NAME.* files
+  stack::MacAddress mac;            // the vnic's own MAC (the host behind the TAP)
+  stack::MacAddress tap_mac;        // the kernel side of the TAP: only a bridge port
+  stack::Ipv4Cidr address;
+  std::uint16_t mtu = kDefaultMtu;
+  std::optional<std::string> bridge;
+  bool create_bridge = false;
+  std::optional<std::string> uplink;
+  std::optional<stack::Ipv4Address> gateway;
+};
+
+// The arguments as text, before any check.
+struct UpArguments {
+  std::string name;
+  std::string ip;                   // "10.66.0.10/24"
+  std::optional<std::string> mac;
+  std::uint32_t mtu = kDefaultMtu;  // wider than the field so 70000 is rejected, not wrapped
+  std::optional<std::string> bridge;
+  bool create_bridge = false;
+  std::optional<std::string> uplink;
+  std::optional<std::string> gateway;
+};
+
+// Either a config or the one-line reason the arguments are refused.
+struct Validated {
+  std::optional<VnicConfig> config;
+  std::string error;
+};
+
+Validated validate(const UpArguments& args);
+
+// An interface name the kernel accepts (1..15 bytes, IFNAMSIZ) and that is also safe as
+// a file name under /run/rrdma: letters, digits, '-', '_', '.', not "." or "..".
+bool is_valid_interface_name(std::string_view name);
+
+// A stable, locally administered unicast MAC from a name: FNV-1a over the name (and a
+// salt, so the TAP's kernel side gets a different address), then IEEE 802 bit 1 of the
+// first octet set (locally administered) and bit 0 cleared (unicast).
+stack::MacAddress derive_mac(std::string_view name, std::string_view salt = {});
+
+// The kernel-side MAC of the TAP: derived like the vnic's but always different from it.
+stack::MacAddress derive_tap_mac(std::string_view name, const stack::MacAddress& vnic_mac);
+
+}  // namespace rrdma::vnic

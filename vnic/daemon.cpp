@@ -1,0 +1,609 @@
+#include "vnic/daemon.h"
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <set>
+#include <system_error>
+#include <thread>
+
+#include "stack/interface.h"
+#include "vnic/control.h"
+#include "vnic/event_loop.h"
+#include "vnic/link.h"
+#include "vnic/report.h"
+#include "vnic/runtime.h"
+#include "vnic/tap.h"
+
+namespace rrdma::vnic {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kStartTimeout = 5000ms;     // until a new daemon must answer
+constexpr auto kSetupTimeout = 10000ms;    // until its set-up must have reported
+constexpr auto kRequestTimeout = 5000ms;
+constexpr auto kStopTimeout = 10000ms;
+constexpr std::size_t kEthernetOverhead = 14 + 4;  // header and one 802.1Q tag; no FCS on a TAP
+
+void log_line(const std::string& line) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &local);
+  std::fprintf(stderr, "%s rrdma-vnic[%d]: %s\n", stamp, static_cast<int>(::getpid()), line.c_str());
+  std::fflush(stderr);
+}
+
+std::size_t frame_buffer_size(std::uint16_t mtu) {
+  const std::size_t frame = mtu + kEthernetOverhead;
+  return (frame + 1023) / 1024 * 1024;
+}
+
+// What the daemon changed outside its own process, kept in NAME.state so that the next
+// command can undo it when the daemon died without doing so itself.
+struct ExternalChanges {
+  std::optional<std::string> created_bridge;
+  std::optional<std::string> enslaved_uplink;
+
+  nlohmann::json to_json(pid_t pid) const {
+    return {{"pid", pid},
+            {"created_bridge", created_bridge ? nlohmann::json(*created_bridge) : nullptr},
+            {"enslaved_uplink", enslaved_uplink ? nlohmann::json(*enslaved_uplink) : nullptr}};
+  }
+  static ExternalChanges from_json(const nlohmann::json& state) {
+    ExternalChanges changes;
+    if (auto it = state.find("created_bridge"); it != state.end() && it->is_string()) {
+      changes.created_bridge = it->get<std::string>();
+    }
+    if (auto it = state.find("enslaved_uplink"); it != state.end() && it->is_string()) {
+      changes.enslaved_uplink = it->get<std::string>();
+    }
+    return changes;
+  }
+};
+
+// Releases the uplink we enslaved, then deletes the bridge we created unless someone
+// else has put ports on it since (then it is no longer only ours to remove).
+void undo(LinkControl& links, const ExternalChanges& changes, std::vector<std::string>& notes) {
+  if (changes.enslaved_uplink) {
+    if (auto uplink = links.find(*changes.enslaved_uplink); uplink && uplink->master != 0) {
+      links.change(uplink->name, LinkChange::master_of(0, false));
+    }
+  }
+  if (changes.created_bridge) {
+    if (auto bridge = links.find(*changes.created_bridge)) {
+      const auto ports = links.ports_of(bridge->ifindex);
+      if (ports.empty()) {
+        links.remove(bridge->name);
+      } else {
+        notes.push_back("left bridge " + bridge->name + " in place: it still has port " + ports.front());
+      }
+    }
+  }
+}
+
+// Called with the pid file locked: whatever else exists under the name is stale.
+void clean_stale(const std::string& name, std::vector<std::string>& notes) {
+  const auto paths = RuntimePaths::of(name);
+  std::error_code ec;
+  const bool socket_left = std::filesystem::exists(paths.socket, ec);
+  const auto state = read_state_file(paths.state_file);
+  if (!socket_left && !state) return;
+  const auto old_pid = read_pid_file(paths.pid_file);
+  if (state) {
+    LinkControl links;
+    undo(links, ExternalChanges::from_json(*state), notes);
+  }
+  std::filesystem::remove(paths.socket, ec);
+  std::filesystem::remove(paths.state_file, ec);
+  notes.push_back("cleaned up the state of a vnic " + name + " that died" +
+                  (old_pid ? " (pid " + std::to_string(*old_pid) + ")" : std::string()));
+}
+
+class TapSink : public stack::FrameSink {
+ public:
+  void attach(EventLoop& loop) { loop_ = &loop; }
+  void transmit(ByteSpan frame) override {
+    if (loop_ != nullptr) loop_->transmit(frame);
+  }
+
+ private:
+  EventLoop* loop_ = nullptr;
+};
+
+class Daemon {
+ public:
+  Daemon(const VnicConfig& config, PidFileLock lock, std::vector<std::string>& notes);
+  ~Daemon() { tear_down(); }
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  void run();
+  void keep_log() { keep_log_ = true; }
+
+ private:
+  void attach_bridge_and_uplink();
+  void create_tap();
+  void start_loop();
+  void watch_signals();
+  void record_changes();
+  nlohmann::json handle(const nlohmann::json& request, const PeerCredentials& peer);
+  void tear_down();
+
+  VnicConfig config_;
+  RuntimePaths paths_;
+  Instant started_ = Clock::now();
+  PidFileLock lock_;
+  bool keep_log_ = false;
+  bool torn_down_ = false;
+  LinkControl links_;
+  ExternalChanges changes_;
+  int bridge_ifindex_ = 0;
+  std::optional<TapDevice> tap_;
+  std::optional<EventLoop> loop_;
+  TapSink sink_;
+  std::optional<stack::Interface> interface_;
+  int signal_fd_ = -1;
+  std::optional<ControlServer> control_;
+};
+
+Daemon::Daemon(const VnicConfig& config, PidFileLock lock, std::vector<std::string>& notes)
+    : config_(config), paths_(RuntimePaths::of(config.name)), lock_(std::move(lock)) {
+  try {
+    clean_stale(config_.name, notes);
+    if (links_.find(config_.name)) {
+      throw std::runtime_error("an interface named " + config_.name + " already exists");
+    }
+    attach_bridge_and_uplink();
+    create_tap();
+    start_loop();
+    watch_signals();
+    control_.emplace(paths_.socket, *loop_,
+                     [this](const nlohmann::json& request, const PeerCredentials& peer) {
+                       return handle(request, peer);
+                     });
+    lock_.write_pid(::getpid());
+  } catch (...) {
+    tear_down();
+    throw;
+  }
+}
+
+void Daemon::record_changes() { write_state_file(paths_.state_file, changes_.to_json(::getpid())); }
+
+void Daemon::attach_bridge_and_uplink() {
+  if (!config_.bridge) return;
+  const std::string& bridge_name = *config_.bridge;
+  auto bridge = links_.find(bridge_name);
+  if (!bridge && !config_.create_bridge) {
+    throw std::runtime_error("bridge " + bridge_name + " does not exist (add --create-bridge to create it)");
+  }
+  if (!bridge) {
+    // Recorded before the kernel call, so a crash in between still leaves a trace.
+    changes_.created_bridge = bridge_name;
+    record_changes();
+    links_.create_bridge(bridge_name);
+    bridge = links_.find(bridge_name);
+    if (!bridge) throw std::runtime_error("bridge " + bridge_name + " vanished after creation");
+  } else if (bridge->kind != "bridge") {
+    throw std::runtime_error(bridge_name + " exists but is not a bridge (it is a " +
+                             (bridge->kind.empty() ? std::string("plain device") : bridge->kind) + ")");
+  } else if (!bridge->up) {
+    links_.change(bridge_name, LinkChange::up());
+  }
+  bridge_ifindex_ = bridge->ifindex;
+  if (!config_.uplink) return;
+  const auto uplink = links_.find(*config_.uplink);
+  if (!uplink) throw std::runtime_error("uplink " + *config_.uplink + " does not exist");
+  if (uplink->master == bridge_ifindex_) return;
+  if (uplink->master != 0) {
+    throw std::runtime_error("uplink " + uplink->name + " is already a port of another bridge");
+  }
+  changes_.enslaved_uplink = uplink->name;
+  record_changes();
+  links_.change(uplink->name, LinkChange::master_of(bridge_ifindex_, true));
+}
+
+void Daemon::create_tap() {
+  try {
+    tap_.emplace(TapDevice::create(config_.name));
+  } catch (const std::system_error& failure) {
+    if (failure.code().value() == EBUSY || failure.code().value() == EEXIST) {
+      throw std::runtime_error("an interface named " + config_.name + " already exists");
+    }
+    throw;
+  }
+  LinkChange change = LinkChange::up();
+  change.mtu = config_.mtu;
+  change.mac = config_.tap_mac;
+  if (bridge_ifindex_ != 0) change.master = bridge_ifindex_;
+  links_.change(config_.name, change);
+}
+
+void Daemon::start_loop() {
+  EventLoopConfig loop_config;
+  loop_config.frame_buffer_size = frame_buffer_size(config_.mtu);
+  loop_.emplace(loop_config);
+  sink_.attach(*loop_);
+  stack::InterfaceConfig stack_config;
+  stack_config.mac = config_.mac;
+  stack_config.address = config_.address.address;
+  stack_config.prefix_len = config_.address.prefix_len;
+  stack_config.gateway = config_.gateway;
+  stack_config.mtu = config_.mtu;
+  interface_.emplace(stack_config, sink_);
+  loop_->attach_frame_device(tap_->fd(), [this](ByteSpan frame, Instant now) {
+    interface_->receive_frame(frame, now);
+  });
+  loop_->add_timer_source([this](Instant now) { return interface_->poll(now); });
+}
+
+void Daemon::watch_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int signal : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&signals, signal);
+  ::sigprocmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  signal_fd_ = ::signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (signal_fd_ < 0) throw std::system_error(errno, std::generic_category(), "signalfd");
+  loop_->watch(signal_fd_, [this](Instant) {
+    signalfd_siginfo info{};
+    while (::read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+      log_line(std::string("stopping on ") + ::strsignal(static_cast<int>(info.ssi_signo)));
+      loop_->stop();
+    }
+  });
+}
+
+nlohmann::json Daemon::handle(const nlohmann::json& request, const PeerCredentials& peer) {
+  const auto cmd = request["cmd"].get<std::string>();
+  const Instant now = Clock::now();
+  if (cmd == "status") {
+    return status_json(StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now)});
+  }
+  if (cmd == "stats") return stats_json(interface_->counters(), loop_->counters());
+  if (cmd == "down") {
+    log_line("stopping: down requested by uid " + std::to_string(peer.uid));
+    loop_->stop();
+    return {{"ok", true}, {"name", config_.name}};
+  }
+  return {{"error", "unknown command '" + cmd + "'"}};
+}
+
+void Daemon::run() {
+  log_line("up: " + config_.name + " mac " + config_.mac.to_string() + " ip " +
+           config_.address.address.to_string() + "/" + std::to_string(config_.address.prefix_len) +
+           " mtu " + std::to_string(config_.mtu) +
+           (loop_->counters().multishot_read ? " (multishot reads)" : " (single-shot reads)"));
+  interface_->announce(Clock::now());
+  loop_->run();
+}
+
+// Reverse order of set-up. The loop goes before the TAP: its cancelled requests must
+// drop their references to the TAP's file, or closing our fd would not remove the
+// interface.
+void Daemon::tear_down() {
+  if (std::exchange(torn_down_, true)) return;
+  std::vector<std::string> notes;
+  try {
+    control_.reset();
+    if (signal_fd_ >= 0) ::close(std::exchange(signal_fd_, -1));
+    interface_.reset();
+    loop_.reset();
+    tap_.reset();
+    if (links_.find(config_.name)) {
+      notes.push_back("TAP " + config_.name + " outlived its fd; deleting it");
+      links_.remove(config_.name);
+    }
+    undo(links_, changes_, notes);
+  } catch (const std::exception& failure) {
+    notes.push_back(std::string("tear-down: ") + failure.what());
+  }
+  for (const auto& note : notes) log_line(note);
+  std::error_code ec;
+  std::filesystem::remove(paths_.socket, ec);
+  std::filesystem::remove(paths_.state_file, ec);
+  if (!keep_log_) std::filesystem::remove(paths_.log_file, ec);
+  lock_.remove();
+}
+
+// The detached child reports its start-up over a pipe, one line each:
+// "NOTE text", then "OK" or "ERR text".
+class StartupReport {
+ public:
+  explicit StartupReport(int fd) : fd_(fd) {}
+  ~StartupReport() { close(); }
+  void note(const std::string& text) { send("NOTE " + text); }
+  void ok() { send("OK"); }
+  void error(const std::string& text) { send("ERR " + text); }
+  void close() {
+    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  }
+
+ private:
+  void send(std::string line) {
+    std::replace(line.begin(), line.end(), '\n', ' ');
+    line += '\n';
+    if (fd_ >= 0 && ::write(fd_, line.data(), line.size()) < 0) close();
+  }
+  int fd_;
+};
+
+void redirect_stdio(const char* path, int flags) {
+  const int fd = ::open(path, flags | O_CLOEXEC, 0640);
+  if (fd < 0) return;
+  if ((flags & O_ACCMODE) == O_RDONLY) {
+    ::dup2(fd, STDIN_FILENO);
+  } else {
+    ::dup2(fd, STDOUT_FILENO);
+    ::dup2(fd, STDERR_FILENO);
+  }
+  ::close(fd);
+}
+
+std::string already_running(const std::string& name, const Observation& observation) {
+  return "a vnic named " + name + " is already running" +
+         (observation.recorded_pid ? " (pid " + std::to_string(*observation.recorded_pid) + ")" : std::string());
+}
+
+// The detached daemon's whole life; never returns to the CLI's code.
+[[noreturn]] void run_detached(const VnicConfig& config, int report_fd) {
+  StartupReport report(report_fd);
+  ::setsid();
+  if (::chdir("/") != 0) report.note("cannot chdir to /");
+  redirect_stdio("/dev/null", O_RDONLY);
+  redirect_stdio("/dev/null", O_WRONLY);
+  const auto paths = RuntimePaths::of(config.name);
+  int code = 0;
+  try {
+    auto lock = PidFileLock::acquire(paths.pid_file);
+    if (!lock) throw std::runtime_error(already_running(config.name, observe(config.name)));
+    redirect_stdio(paths.log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC);
+    std::vector<std::string> notes;
+    Daemon daemon(config, std::move(*lock), notes);
+    for (const auto& note : notes) {
+      report.note(note);
+      log_line(note);
+    }
+    report.ok();
+    report.close();
+    try {
+      daemon.run();
+    } catch (const std::exception& failure) {
+      log_line(std::string("fatal: ") + failure.what());
+      daemon.keep_log();
+      code = 1;
+    }
+  } catch (const std::exception& failure) {
+    report.error(failure.what());
+    code = 1;
+  }
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
+Outcome run_foreground(const VnicConfig& config) {
+  Outcome outcome;
+  const auto paths = RuntimePaths::of(config.name);
+  try {
+    auto lock = PidFileLock::acquire(paths.pid_file);
+    if (!lock) return {false, already_running(config.name, observe(config.name)), {}};
+    Daemon daemon(config, std::move(*lock), outcome.notes);
+    for (const auto& note : outcome.notes) log_line(note);
+    outcome.notes.clear();
+    daemon.run();
+    outcome.ok = true;
+    outcome.message = config.name + " is down";
+  } catch (const std::exception& failure) {
+    outcome.message = failure.what();
+  }
+  return outcome;
+}
+
+// Reads the child's start-up report until "OK", "ERR" or the end of the pipe.
+Outcome read_startup_report(int fd, pid_t child) {
+  Outcome outcome;
+  std::string pending;
+  const auto deadline = std::chrono::steady_clock::now() + kSetupTimeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd entry{fd, POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&entry, 1, static_cast<int>(left.count())) <= 0) {
+      outcome.message = "the daemon did not finish its set-up in time (pid " + std::to_string(child) + ")";
+      return outcome;
+    }
+    char buffer[512];
+    const ssize_t got = ::read(fd, buffer, sizeof(buffer));
+    if (got <= 0) break;
+    pending.append(buffer, static_cast<std::size_t>(got));
+    for (std::size_t end; (end = pending.find('\n')) != std::string::npos; pending.erase(0, end + 1)) {
+      const std::string line = pending.substr(0, end);
+      if (line.rfind("NOTE ", 0) == 0) outcome.notes.push_back(line.substr(5));
+      if (line.rfind("ERR ", 0) == 0) {
+        outcome.message = line.substr(4);
+        return outcome;
+      }
+      if (line == "OK") {
+        outcome.ok = true;
+        return outcome;
+      }
+    }
+  }
+  outcome.message = "the daemon exited during set-up";
+  return outcome;
+}
+
+Outcome wait_until_answering(const VnicConfig& config) {
+  const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
+  std::string error;
+  do {
+    if (auto client = ControlClient::connect(RuntimePaths::of(config.name).socket, error)) {
+      if (auto reply = client->request({{"cmd", "status"}}, kRequestTimeout, error)) {
+        return {true,
+                config.name + " is up: " + reply->value("mac", "") + " " + reply->value("ip", "") +
+                    " (pid " + std::to_string(reply->value("pid", 0)) + ")",
+                {}};
+      }
+    }
+    std::this_thread::sleep_for(20ms);
+  } while (std::chrono::steady_clock::now() < deadline);
+  return {false, "the daemon does not answer on its control socket: " + error, {}};
+}
+
+Outcome start_detached(const VnicConfig& config) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return {false, std::string("pipe: ") + std::strerror(errno), {}};
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child < 0) return {false, std::string("fork: ") + std::strerror(errno), {}};
+  if (child == 0) {
+    ::close(fds[0]);
+    run_detached(config, fds[1]);
+  }
+  ::close(fds[1]);
+  Outcome outcome = read_startup_report(fds[0], child);
+  ::close(fds[0]);
+  if (!outcome.ok) {
+    ::waitpid(child, nullptr, 0);
+    return outcome;
+  }
+  Outcome answered = wait_until_answering(config);
+  answered.notes = std::move(outcome.notes);
+  return answered;
+}
+
+bool wait_until_unlocked(const std::string& name, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (observe(name).lock_held) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+Outcome clean_stale_by_command(const std::string& name) {
+  auto lock = PidFileLock::acquire(RuntimePaths::of(name).pid_file);
+  if (!lock) return {false, "vnic " + name + " is starting; try again", {}};
+  Outcome outcome{true, name + " was not running", {}};
+  try {
+    clean_stale(name, outcome.notes);
+  } catch (const std::exception& failure) {
+    return {false, std::string("cleaning up ") + name + ": " + failure.what(), {}};
+  }
+  std::error_code ec;
+  std::filesystem::remove(RuntimePaths::of(name).log_file, ec);
+  lock->remove();
+  return outcome;
+}
+
+std::string not_running(const std::string& name, const Observation& observation) {
+  switch (assess(observation)) {
+    case Liveness::kAbsent: return "no vnic named " + name;
+    case Liveness::kStarting: return "vnic " + name + " is starting or not answering";
+    case Liveness::kStale:
+      return "vnic " + name + " is not running (its daemon died; `rrdma-vnic down " + name +
+             "` removes what it left)";
+    case Liveness::kRunning: break;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::optional<std::string> missing_net_admin() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
+  if (::syscall(SYS_capget, &header, data) != 0) {
+    return std::string("cannot read this process's capabilities: ") + std::strerror(errno);
+  }
+  if ((data[CAP_TO_INDEX(CAP_NET_ADMIN)].effective & CAP_TO_MASK(CAP_NET_ADMIN)) != 0) return std::nullopt;
+  return std::string(
+      "this needs CAP_NET_ADMIN (to create the TAP and configure links): run it as root, "
+      "or grant the capability, e.g. setcap cap_net_admin+ep $(command -v rrdma-vnic)");
+}
+
+Outcome start_vnic(const VnicConfig& config, bool foreground) {
+  if (auto missing = missing_net_admin()) return {false, *missing, {}};
+  const Observation observation = observe(config.name);
+  const Liveness liveness = assess(observation);
+  if (liveness == Liveness::kRunning || liveness == Liveness::kStarting) {
+    return {false, already_running(config.name, observation), {}};
+  }
+  return foreground ? run_foreground(config) : start_detached(config);
+}
+
+Outcome stop_vnic(const std::string& name) {
+  if (!is_valid_interface_name(name)) return {false, "bad name '" + name + "'", {}};
+  const Observation observation = observe(name);
+  const Liveness liveness = assess(observation);
+  if (liveness == Liveness::kStale) return clean_stale_by_command(name);
+  if (liveness != Liveness::kRunning) return {false, not_running(name, observation), {}};
+  std::string error;
+  auto client = ControlClient::connect(RuntimePaths::of(name).socket, error);
+  if (!client) return {false, "cannot reach vnic " + name + ": " + error, {}};
+  auto reply = client->request({{"cmd", "down"}}, kRequestTimeout, error);
+  if (!reply) return {false, "vnic " + name + " did not answer: " + error, {}};
+  if (reply->contains("error")) return {false, reply->value("error", ""), {}};
+  client->wait_closed(kStopTimeout);
+  if (!wait_until_unlocked(name, kStopTimeout)) {
+    return {false, "vnic " + name + " did not stop within " + std::to_string(kStopTimeout.count()) + " ms", {}};
+  }
+  return {true, name + " is down", {}};
+}
+
+QueryResult query_vnic(const std::string& name, const std::string& cmd) {
+  if (!is_valid_interface_name(name)) return {std::nullopt, "bad name '" + name + "'"};
+  const Observation observation = observe(name);
+  if (assess(observation) != Liveness::kRunning) return {std::nullopt, not_running(name, observation)};
+  std::string error;
+  auto client = ControlClient::connect(RuntimePaths::of(name).socket, error);
+  if (!client) return {std::nullopt, "cannot reach vnic " + name + ": " + error};
+  auto reply = client->request({{"cmd", cmd}}, kRequestTimeout, error);
+  if (!reply) return {std::nullopt, "vnic " + name + " did not answer: " + error};
+  if (reply->contains("error")) return {std::nullopt, reply->value("error", "")};
+  return {std::move(reply), {}};
+}
+
+Listing list_vnics() {
+  Listing listing;
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(runtime_dir(), ec)) {
+    const auto extension = entry.path().extension();
+    if (extension == ".sock" || extension == ".pid") names.insert(entry.path().stem().string());
+  }
+  for (const auto& name : names) {
+    const Observation observation = observe(name);
+    switch (assess(observation)) {
+      case Liveness::kRunning: {
+        auto result = query_vnic(name, "status");
+        if (result.reply) {
+          listing.running.push_back(std::move(*result.reply));
+        } else {
+          listing.notes.push_back(name + ": " + result.error);
+        }
+        break;
+      }
+      case Liveness::kStarting: listing.notes.push_back(name + ": starting or not answering"); break;
+      case Liveness::kStale: listing.notes.push_back(not_running(name, observation)); break;
+      case Liveness::kAbsent: break;
+    }
+  }
+  return listing;
+}
+
+}  // namespace rrdma::vnic

@@ -1,0 +1,363 @@
+#include "vnic/event_loop.h"
+
+#include <poll.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <system_error>
+#include <utility>
+
+namespace rrdma::vnic {
+namespace {
+
+// liburing 2.3 predates IORING_OP_READ_MULTISHOT (Linux 6.7); its number in the kernel's
+// enum io_uring_op follows IORING_OP_SENDMSG_ZC.
+constexpr std::uint8_t kOpReadMultishot = IORING_OP_SENDMSG_ZC + 1;
+constexpr unsigned kBufferGroup = 0;
+constexpr unsigned kSingleReadsInFlight = 16;  // the fallback without multishot reads
+constexpr unsigned kMaxConsecutiveReadErrors = 64;
+constexpr auto kShutdownTxGrace = std::chrono::milliseconds(200);
+constexpr auto kShutdownCancelGrace = std::chrono::seconds(1);
+
+// user_data: the kind of request in the top byte, its argument (slot, watch id,
+// timer generation) below.
+enum class Kind : std::uint8_t { kFrameRead = 1, kWrite, kWatch, kWatchRemove, kTimeout,
+                                 kTimeoutUpdate, kCancel };
+constexpr std::uint64_t tag(Kind kind, std::uint64_t argument = 0) {
+  return (static_cast<std::uint64_t>(kind) << 56) | (argument & ((1ULL << 56) - 1));
+}
+constexpr Kind kind_of(std::uint64_t user_data) { return static_cast<Kind>(user_data >> 56); }
+constexpr std::uint64_t argument_of(std::uint64_t user_data) {
+  return user_data & ((1ULL << 56) - 1);
+}
+
+std::uint8_t* map_anonymous(std::size_t bytes) {
+  void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap");
+  return static_cast<std::uint8_t*>(memory);
+}
+
+__kernel_timespec to_timespec(Instant instant) {
+  const auto since_epoch = instant.time_since_epoch();
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(since_epoch);
+  __kernel_timespec spec{};
+  spec.tv_sec = seconds.count();
+  spec.tv_nsec = std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch - seconds).count();
+  return spec;
+}
+
+__kernel_timespec to_timespec(Duration duration) {
+  return to_timespec(Instant{} + duration);
+}
+
+bool kernel_supports(io_uring& ring, int opcode) {
+  io_uring_probe* probe = io_uring_get_probe_ring(&ring);
+  if (probe == nullptr) return false;
+  const bool supported = io_uring_opcode_supported(probe, opcode) != 0;
+  io_uring_free_probe(probe);
+  return supported;
+}
+
+}  // namespace
+
+EventLoop::EventLoop(const EventLoopConfig& config) : config_(config) {
+  if (config_.rx_buffers == 0 || (config_.rx_buffers & (config_.rx_buffers - 1)) != 0) {
+    throw std::invalid_argument("rx_buffers must be a power of two");
+  }
+  io_uring_params params{};
+  // One thread submits and reaps; deferring task work to io_uring_enter() keeps the
+  // kernel from interrupting the loop to post completions it will not look at yet.
+  params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+  params.cq_entries = config_.ring_entries * 2;
+  params.flags |= IORING_SETUP_CQSIZE;
+  int rc = io_uring_queue_init_params(config_.ring_entries, &ring_, &params);
+  if (rc == -EINVAL) {
+    params = io_uring_params{};
+    rc = io_uring_queue_init_params(config_.ring_entries, &ring_, &params);
+  }
+  if (rc < 0) throw std::system_error(-rc, std::generic_category(), "io_uring_queue_init");
+
+  rx_memory_bytes_ = config_.rx_buffers * config_.frame_buffer_size;
+  rx_memory_ = map_anonymous(rx_memory_bytes_);
+  buffer_ring_bytes_ = config_.rx_buffers * sizeof(io_uring_buf);
+  buffer_ring_ = reinterpret_cast<io_uring_buf_ring*>(map_anonymous(buffer_ring_bytes_));
+  io_uring_buf_ring_init(buffer_ring_);
+  io_uring_buf_reg registration{};
+  registration.ring_addr = reinterpret_cast<std::uintptr_t>(buffer_ring_);
+  registration.ring_entries = config_.rx_buffers;
+  registration.bgid = kBufferGroup;
+  rc = io_uring_register_buf_ring(&ring_, &registration, 0);
+  if (rc < 0) throw std::system_error(-rc, std::generic_category(), "register buffer ring");
+  for (unsigned id = 0; id < config_.rx_buffers; ++id) recycle_buffer(id);
+  io_uring_buf_ring_advance(buffer_ring_, static_cast<int>(std::exchange(buffers_to_return_, 0)));
+
+  tx_memory_bytes_ = config_.tx_slots * config_.frame_buffer_size;
+  tx_memory_ = map_anonymous(tx_memory_bytes_);
+  iovec tx_region{tx_memory_, tx_memory_bytes_};
+  rc = io_uring_register_buffers(&ring_, &tx_region, 1);
+  if (rc < 0) throw std::system_error(-rc, std::generic_category(), "register transmit buffers");
+  for (std::uint32_t slot = config_.tx_slots; slot-- > 0;) free_tx_slots_.push_back(slot);
+
+  multishot_read_ = kernel_supports(ring_, kOpReadMultishot);
+  counters_.multishot_read = multishot_read_ ? 1 : 0;
+}
+
+EventLoop::~EventLoop() {
+  io_uring_queue_exit(&ring_);
+  if (tx_memory_ != nullptr) ::munmap(tx_memory_, tx_memory_bytes_);
+  if (rx_memory_ != nullptr) ::munmap(rx_memory_, rx_memory_bytes_);
+  if (buffer_ring_ != nullptr) ::munmap(buffer_ring_, buffer_ring_bytes_);
+}
+
+io_uring_sqe* EventLoop::next_sqe() {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (sqe == nullptr) {
+    io_uring_submit(&ring_);
+    ++counters_.submits;
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  if (sqe == nullptr) throw std::runtime_error("io_uring submission queue stuck full");
+  return sqe;
+}
+
+void EventLoop::attach_frame_device(int fd, FrameHandler on_frame) {
+  frame_fd_ = fd;
+  on_frame_ = std::move(on_frame);
+  arm_frame_reads();
+}
+
+void EventLoop::arm_frame_reads() {
+  const unsigned wanted = multishot_read_ ? 1 : kSingleReadsInFlight;
+  while (reads_in_flight_ < wanted) {
+    io_uring_sqe* sqe = next_sqe();
+    if (multishot_read_) {
+      // addr and len stay 0: every completion takes a whole buffer from the group.
+      io_uring_prep_rw(kOpReadMultishot, sqe, frame_fd_, nullptr, 0, 0);
+    } else {
+      io_uring_prep_read(sqe, frame_fd_, nullptr,
+                         static_cast<unsigned>(config_.frame_buffer_size), 0);
+    }
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = kBufferGroup;
+    io_uring_sqe_set_data64(sqe, tag(Kind::kFrameRead));
+    ++reads_in_flight_;
+    ++inflight_;
+  }
+}
+
+bool EventLoop::transmit(ByteSpan frame) {
+  if (frame.size() > config_.frame_buffer_size) {
+    ++counters_.tx_oversize_drops;
+    return false;
+  }
+  if (frame_fd_ < 0 || free_tx_slots_.empty()) {
+    ++counters_.tx_queue_drops;
+    return false;
+  }
+  const std::uint32_t slot = free_tx_slots_.back();
+  free_tx_slots_.pop_back();
+  std::uint8_t* buffer = tx_memory_ + static_cast<std::size_t>(slot) * config_.frame_buffer_size;
+  std::memcpy(buffer, frame.data(), frame.size());
+  io_uring_sqe* sqe = next_sqe();
+  io_uring_prep_write_fixed(sqe, frame_fd_, buffer, static_cast<unsigned>(frame.size()), 0, 0);
+  io_uring_sqe_set_data64(sqe, tag(Kind::kWrite, slot));
+  ++inflight_;
+  return true;
+}
+
+void EventLoop::watch(int fd, ReadyHandler on_ready) {
+  const std::uint64_t id = next_watch_id_++;
+  watches_.emplace(id, Watch{fd, std::move(on_ready)});
+  arm_watch(id, fd);
+}
+
+void EventLoop::arm_watch(std::uint64_t id, int fd) {
+  io_uring_sqe* sqe = next_sqe();
+  io_uring_prep_poll_multishot(sqe, fd, POLLIN);
+  io_uring_sqe_set_data64(sqe, tag(Kind::kWatch, id));
+  ++inflight_;
+}
+
+void EventLoop::unwatch(int fd) {
+  for (auto it = watches_.begin(); it != watches_.end(); ++it) {
+    if (it->second.fd != fd) continue;
+    io_uring_sqe* sqe = next_sqe();
+    io_uring_prep_poll_remove(sqe, tag(Kind::kWatch, it->first));
+    io_uring_sqe_set_data64(sqe, tag(Kind::kWatchRemove));
+    ++inflight_;
+    watches_.erase(it);
+    // The poll's file reference goes when the removal is processed, which the caller's
+    // close() must not wait for: push the removal out now.
+    io_uring_submit(&ring_);
+    ++counters_.submits;
+    return;
+  }
+}
+
+void EventLoop::add_timer_source(TimerSource source) { timer_sources_.push_back(std::move(source)); }
+
+std::optional<Instant> EventLoop::run_timer_sources(Instant now) {
+  std::optional<Instant> earliest;
+  for (auto& source : timer_sources_) {
+    if (auto next = source(now); next && (!earliest || *next < *earliest)) earliest = next;
+  }
+  return earliest;
+}
+
+// One absolute timeout is armed at a time. A later deadline leaves it alone (an early
+// wake-up costs one idle iteration); a sooner one moves it with IORING_TIMEOUT_UPDATE.
+void EventLoop::arm_timer(std::optional<Instant> deadline) {
+  if (!deadline || (armed_deadline_ && *armed_deadline_ <= *deadline)) return;
+  timeout_spec_ = to_timespec(*deadline);
+  io_uring_sqe* sqe = next_sqe();
+  if (armed_deadline_) {
+    io_uring_prep_timeout_update(sqe, &timeout_spec_, tag(Kind::kTimeout), IORING_TIMEOUT_ABS);
+    io_uring_sqe_set_data64(sqe, tag(Kind::kTimeoutUpdate));
+  } else {
+    io_uring_prep_timeout(sqe, &timeout_spec_, 0, IORING_TIMEOUT_ABS);
+    io_uring_sqe_set_data64(sqe, tag(Kind::kTimeout));
+  }
+  ++inflight_;
+  armed_deadline_ = deadline;
+}
+
+void EventLoop::run() {
+  while (!stopping_) {
+    arm_timer(run_timer_sources(Clock::now()));
+    if (stopping_) break;  // a timer source may have stopped the loop
+    const int rc = io_uring_submit_and_wait(&ring_, 1);
+    ++counters_.submits;
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+      throw std::system_error(-rc, std::generic_category(), "io_uring_submit_and_wait");
+    }
+    reap_completions(Clock::now());
+    ++counters_.loop_iterations;
+  }
+  shut_down();
+}
+
+void EventLoop::reap_completions(Instant now) {
+  unsigned head = 0;
+  unsigned seen = 0;
+  io_uring_cqe* cqe = nullptr;
+  io_uring_for_each_cqe(&ring_, head, cqe) {
+    ++seen;
+    if ((cqe->flags & IORING_CQE_F_MORE) == 0) --inflight_;
+    dispatch(*cqe, now);
+  }
+  io_uring_cq_advance(&ring_, seen);
+  counters_.completions += seen;
+  if (buffers_to_return_ > 0) {
+    io_uring_buf_ring_advance(buffer_ring_, static_cast<int>(std::exchange(buffers_to_return_, 0)));
+  }
+  if (!stopping_ && frame_fd_ >= 0 && !reads_disabled_) arm_frame_reads();
+}
+
+void EventLoop::dispatch(const io_uring_cqe& cqe, Instant now) {
+  switch (kind_of(cqe.user_data)) {
+    case Kind::kFrameRead: on_frame_read(cqe, now); break;
+    case Kind::kWrite: on_write_done(cqe); break;
+    case Kind::kWatch: on_watch_ready(cqe, now); break;
+    case Kind::kTimeout: on_timeout(cqe); break;
+    case Kind::kTimeoutUpdate:
+      // -ENOENT: the timeout fired before the update reached it; its own completion
+      // clears armed_deadline_ and the next iteration arms afresh.
+      break;
+    case Kind::kWatchRemove:
+    case Kind::kCancel: break;
+  }
+}
+
+void EventLoop::recycle_buffer(unsigned buffer_id) {
+  io_uring_buf_ring_add(buffer_ring_, rx_memory_ + static_cast<std::size_t>(buffer_id) * config_.frame_buffer_size,
+                        static_cast<unsigned>(config_.frame_buffer_size),
+                        static_cast<unsigned short>(buffer_id),
+                        io_uring_buf_ring_mask(config_.rx_buffers),
+                        static_cast<int>(buffers_to_return_++));
+}
+
+void EventLoop::on_frame_read(const io_uring_cqe& cqe, Instant now) {
+  if ((cqe.flags & IORING_CQE_F_MORE) == 0) {
+    --reads_in_flight_;
+    if (cqe.res != -ECANCELED && multishot_read_) ++counters_.rx_rearms;
+  }
+  if (cqe.res == -EINVAL && multishot_read_ && counters_.tap_rx_frames == 0) {
+    // The probe said yes but this file refuses multishot reads: fall back for good.
+    multishot_read_ = false;
+    counters_.multishot_read = 0;
+    return;
+  }
+  if (cqe.res < 0) {
+    if (cqe.res == -ENOBUFS) {
+      ++counters_.rx_buffer_exhausted;
+    } else if (cqe.res != -ECANCELED) {
+      ++counters_.rx_read_errors;
+      if (++consecutive_read_errors_ >= kMaxConsecutiveReadErrors) reads_disabled_ = true;
+    }
+    return;
+  }
+  consecutive_read_errors_ = 0;
+  if ((cqe.flags & IORING_CQE_F_BUFFER) == 0) return;
+  const unsigned buffer_id = cqe.flags >> IORING_CQE_BUFFER_SHIFT;
+  const std::size_t length = std::min<std::size_t>(static_cast<std::size_t>(cqe.res), config_.frame_buffer_size);
+  ++counters_.tap_rx_frames;
+  counters_.tap_rx_bytes += length;
+  if (on_frame_ && buffer_id < config_.rx_buffers) {
+    on_frame_(ByteSpan(rx_memory_ + static_cast<std::size_t>(buffer_id) * config_.frame_buffer_size, length), now);
+  }
+  recycle_buffer(buffer_id);
+}
+
+void EventLoop::on_write_done(const io_uring_cqe& cqe) {
+  free_tx_slots_.push_back(static_cast<std::uint32_t>(argument_of(cqe.user_data)));
+  if (cqe.res < 0) {
+    ++counters_.tx_write_errors;
+    return;
+  }
+  ++counters_.tap_tx_frames;
+  counters_.tap_tx_bytes += static_cast<std::uint64_t>(cqe.res);
+}
+
+void EventLoop::on_watch_ready(const io_uring_cqe& cqe, Instant now) {
+  const std::uint64_t id = argument_of(cqe.user_data);
+  auto it = watches_.find(id);
+  if (it == watches_.end()) return;  // unwatched while the event was in flight
+  const int fd = it->second.fd;
+  ReadyHandler handler = it->second.on_ready;  // the handler may unwatch itself
+  if ((cqe.flags & IORING_CQE_F_MORE) == 0 && !stopping_) arm_watch(id, fd);
+  if (cqe.res > 0) handler(now);
+}
+
+void EventLoop::on_timeout(const io_uring_cqe& cqe) {
+  armed_deadline_.reset();
+  if (cqe.res == -ETIME) ++counters_.timer_expirations;
+}
+
+// Writes still queued reach the wire; then every request is cancelled and reaped, so
+// that no in-flight request keeps the TAP's file alive after the daemon closes it (a
+// pending read holds a file reference and io_uring_queue_exit() drops it only later,
+// from a kernel worker).
+void EventLoop::shut_down() {
+  stopping_ = true;
+  const auto wait_until = [this](auto grace, auto done) {
+    const Instant deadline = Clock::now() + grace;
+    while (!done() && Clock::now() < deadline) {
+      __kernel_timespec wait = to_timespec(Duration(std::chrono::milliseconds(20)));
+      io_uring_cqe* cqe = nullptr;
+      io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &wait, nullptr);
+      reap_completions(Clock::now());
+    }
+  };
+  wait_until(kShutdownTxGrace, [this] { return free_tx_slots_.size() == config_.tx_slots; });
+  io_uring_sqe* sqe = next_sqe();
+  io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+  io_uring_sqe_set_data64(sqe, tag(Kind::kCancel));
+  ++inflight_;
+  wait_until(kShutdownCancelGrace, [this] { return inflight_ == 0; });
+}
+
+}  // namespace rrdma::vnic

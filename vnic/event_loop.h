@@ -1,0 +1,140 @@
+// The daemon's one event loop, on one io_uring (liburing 2.3, kernel >= 6.7 for
+// multishot reads; older kernels fall back to a batch of single reads).
+//
+// What lives in the ring:
+//   - the frame device (the TAP): multishot IORING_OP_READ_MULTISHOT with
+//     IOSQE_BUFFER_SELECT from a provided-buffer ring, one frame per completion;
+//   - transmits: IORING_OP_WRITE_FIXED from a registered pool of slots, one frame per
+//     write (a TAP takes exactly one frame per write), all queued writes going to the
+//     kernel in the one io_uring_enter() of the next iteration;
+//   - watched fds (signalfd, control socket, later doorbell eventfds): multishot
+//     IORING_OP_POLL_ADD; handlers drain their fd with non-blocking calls;
+//   - one IORING_OP_TIMEOUT (absolute, CLOCK_MONOTONIC = steady_clock) at the earliest
+//     deadline any timer source asked for, updated in place when a sooner one appears.
+// Nothing in the loop blocks except io_uring_enter() waiting for the next completion.
+#pragma once
+
+#include <liburing.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "stack/bytes.h"
+#include "stack/time.h"
+
+namespace rrdma::vnic {
+
+struct EventLoopConfig {
+  unsigned ring_entries = 256;       // SQ size; the CQ is twice that
+  unsigned rx_buffers = 128;         // provided-buffer ring entries (a power of two)
+  std::size_t frame_buffer_size = 2048;  // bytes per receive buffer and per transmit slot
+  unsigned tx_slots = 256;           // the bounded transmit queue
+};
+
+// The loop's own counters, reported as the "daemon" layer of `rrdma-vnic stats`.
+struct LoopCounters {
+  std::uint64_t tap_rx_frames = 0;
+  std::uint64_t tap_rx_bytes = 0;
+  std::uint64_t tap_tx_frames = 0;
+  std::uint64_t tap_tx_bytes = 0;
+  std::uint64_t tx_queue_drops = 0;     // transmit() found every slot in flight
+  std::uint64_t tx_oversize_drops = 0;  // a frame larger than a slot
+  std::uint64_t tx_write_errors = 0;
+  std::uint64_t rx_read_errors = 0;
+  std::uint64_t rx_buffer_exhausted = 0;  // the kernel ran out of provided buffers
+  std::uint64_t rx_rearms = 0;            // the multishot read ended and was re-armed
+  std::uint64_t loop_iterations = 0;
+  std::uint64_t completions = 0;
+  std::uint64_t submits = 0;
+  std::uint64_t timer_expirations = 0;
+  std::uint64_t multishot_read = 0;       // 1 when the kernel supports it
+};
+
+class EventLoop {
+ public:
+  using FrameHandler = std::function<void(ByteSpan frame, Instant now)>;
+  using ReadyHandler = std::function<void(Instant now)>;
+  // Runs whatever is due at `now`; returns the next instant it wants to run, if any.
+  using TimerSource = std::function<std::optional<Instant>(Instant now)>;
+
+  explicit EventLoop(const EventLoopConfig& config);
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  // The fd frames come from and go to. The handler's span is valid only during the call.
+  void attach_frame_device(int fd, FrameHandler on_frame);
+  // Copies the frame into a transmit slot and queues its write; false (and counted)
+  // when the queue is full or the frame does not fit a slot.
+  bool transmit(ByteSpan frame);
+
+  // Calls `on_ready` whenever `fd` becomes readable (edge-like: drain it to EAGAIN).
+  void watch(int fd, ReadyHandler on_ready);
+  void unwatch(int fd);
+
+  void add_timer_source(TimerSource source);
+
+  // Runs until stop(); then flushes queued transmits and cancels everything in flight,
+  // so that no request still holds a reference to any watched fd or the TAP.
+  void run();
+  void stop() { stopping_ = true; }
+
+  const LoopCounters& counters() const { return counters_; }
+
+ private:
+  struct Watch {
+    int fd;
+    ReadyHandler on_ready;
+  };
+
+  io_uring_sqe* next_sqe();
+  void arm_frame_reads();
+  void arm_watch(std::uint64_t id, int fd);
+  void arm_timer(std::optional<Instant> deadline);
+  std::optional<Instant> run_timer_sources(Instant now);
+  void dispatch(const io_uring_cqe& cqe, Instant now);
+  void on_frame_read(const io_uring_cqe& cqe, Instant now);
+  void on_write_done(const io_uring_cqe& cqe);
+  void on_watch_ready(const io_uring_cqe& cqe, Instant now);
+  void on_timeout(const io_uring_cqe& cqe);
+  void recycle_buffer(unsigned buffer_id);
+  void reap_completions(Instant now);
+  void shut_down();
+
+  EventLoopConfig config_;
+  io_uring ring_{};
+  bool stopping_ = false;
+  LoopCounters counters_;
+  unsigned inflight_ = 0;
+
+  // Receive: a provided-buffer ring shared with the kernel.
+  int frame_fd_ = -1;
+  FrameHandler on_frame_;
+  bool multishot_read_ = false;
+  unsigned reads_in_flight_ = 0;
+  unsigned consecutive_read_errors_ = 0;
+  bool reads_disabled_ = false;  // after a run of read errors: the device is gone
+  io_uring_buf_ring* buffer_ring_ = nullptr;
+  std::size_t buffer_ring_bytes_ = 0;
+  std::uint8_t* rx_memory_ = nullptr;
+  std::size_t rx_memory_bytes_ = 0;
+  unsigned buffers_to_return_ = 0;
+
+  // Transmit: slots of a registered buffer, free ones on a stack.
+  std::uint8_t* tx_memory_ = nullptr;
+  std::size_t tx_memory_bytes_ = 0;
+  std::vector<std::uint32_t> free_tx_slots_;
+
+  std::map<std::uint64_t, Watch> watches_;  // keyed by a never-reused id
+  std::uint64_t next_watch_id_ = 1;
+
+  std::vector<TimerSource> timer_sources_;
+  std::optional<Instant> armed_deadline_;
+  __kernel_timespec timeout_spec_{};  // the kernel reads it at submit time
+};
+
+}  // namespace rrdma::vnic

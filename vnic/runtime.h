@@ -1,0 +1,75 @@
+// The state a running vnic keeps under /run/rrdma, and how a later command tells a
+// running vnic from one that died without cleaning up (SIGKILL, a crash, a reboot of
+// the daemon's mount namespace...).
+//
+//   NAME.pid    the daemon's pid; the daemon holds an OFD write lock on it for its whole
+//               life, so "the lock is held" means "the daemon is alive", pid reuse or not
+//   NAME.sock   the control socket (SOCK_SEQPACKET, mode 0660)
+//   NAME.state  JSON: what the daemon changed outside itself (a bridge it created, an
+//               uplink it enslaved), so a later up/down can undo it after a SIGKILL
+//   NAME.log    the daemon's stderr when it runs detached
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace rrdma::vnic {
+
+// /run/rrdma, or $RRDMA_RUN_DIR when set (tests run without root).
+std::filesystem::path runtime_dir();
+
+struct RuntimePaths {
+  std::filesystem::path pid_file, socket, state_file, log_file;
+  static RuntimePaths of(const std::string& name);
+};
+
+// What a command can observe about a name, gathered by observe() below.
+struct Observation {
+  bool lock_held = false;        // someone holds the pid file's lock
+  bool any_file_present = false; // pid, socket or state file exists
+  bool socket_answers = false;   // a connect() to NAME.sock succeeded
+  std::optional<pid_t> recorded_pid;
+};
+
+enum class Liveness {
+  kAbsent,    // no trace of the name
+  kRunning,   // locked and answering
+  kStarting,  // locked but not answering yet (or wedged)
+  kStale,     // files left behind by a daemon that is gone
+};
+
+// Pure: the verdict from the observations. The lock decides life; the socket only
+// decides whether a live daemon is ready; files without a lock are stale.
+Liveness assess(const Observation& observation);
+
+Observation observe(const std::string& name);
+
+// The pid file, locked for the life of the daemon (OFD lock: released by the kernel
+// when the process dies, however it dies).
+class PidFileLock {
+ public:
+  // Locks NAME.pid, or returns nullopt when another process holds the lock.
+  static std::optional<PidFileLock> acquire(const std::filesystem::path& path);
+  PidFileLock(PidFileLock&& other) noexcept;
+  PidFileLock& operator=(PidFileLock&&) = delete;
+  ~PidFileLock();
+  void write_pid(pid_t pid);
+  // Unlinks the file while still holding the lock, so no one can lock a dead inode.
+  void remove();
+
+ private:
+  PidFileLock(int fd, std::filesystem::path path) : fd_(fd), path_(std::move(path)) {}
+  int fd_ = -1;
+  std::filesystem::path path_;
+};
+
+std::optional<pid_t> read_pid_file(const std::filesystem::path& path);
+std::optional<nlohmann::json> read_state_file(const std::filesystem::path& path);
+void write_state_file(const std::filesystem::path& path, const nlohmann::json& state);
+
+}  // namespace rrdma::vnic
