@@ -1,0 +1,87 @@
+// What must hold for any byte string handed to the whole-frame parser, shared by the
+// libFuzzer target (fuzz_frame.cpp) and the ctest replay of its findings
+// (tests/rocev2/fuzz_regressions_test.cpp):
+//  - parse_frame, parse_transport and verify_icrc return (no crash, no read outside the
+//    input: the sanitizers see to that);
+//  - an accepted frame's payload lies inside the input;
+//  - rebuilding an accepted frame from its parsed values gives a frame that parses to the
+//    same values (the bytes may differ only where the parser normalises: reserved bits,
+//    IPv4 options, a non-zero UDP checksum, Ethernet padding, pad contents).
+// Returns a description of the first property that fails, or nullptr.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "rocev2/encap.h"
+#include "rocev2/icrc.h"
+#include "rocev2/wire.h"
+#include "stack/checksum.h"
+
+namespace rrdma::fuzz {
+
+inline bool same_packet(const rocev2::TransportPacket& a, const rocev2::TransportPacket& b) {
+  return a.bth == b.bth && a.deth == b.deth && a.reth == b.reth && a.atomic_eth == b.atomic_eth &&
+         a.aeth == b.aeth && a.atomic_ack_eth == b.atomic_ack_eth && a.imm == b.imm && a.ieth == b.ieth &&
+         a.feth == b.feth && std::equal(a.payload.begin(), a.payload.end(), b.payload.begin(), b.payload.end());
+}
+
+inline bool inside(ByteSpan part, ByteSpan whole) {
+  return part.empty() || (part.data() >= whole.data() && part.data() + part.size() <= whole.data() + whole.size());
+}
+
+inline const char* check_frame_properties(ByteSpan input) {
+  using namespace rocev2;
+  // The layers below on their own, whatever the bytes.
+  TransportPacket loose;
+  if (parse_transport(input, loose) == TransportError::none && !inside(loose.payload, input))
+    return "parse_transport: payload outside the input";
+  (void)verify_icrc(input);
+
+  RoceFrame frame;
+  if (!parse_frame(input, frame).ok()) return nullptr;
+  if (!inside(frame.packet.payload, input)) return "parse_frame: payload outside the input";
+
+  std::vector<std::uint8_t> rebuilt(frame_length(frame.packet));
+  if (build_frame(frame.headers, frame.packet, rebuilt) != EmitError::none) return "accepted frame cannot be rebuilt";
+  RoceFrame again;
+  if (!parse_frame(rebuilt, again).ok()) return "rebuilt frame is refused";
+  if (!same_packet(frame.packet, again.packet)) return "rebuilt frame parses to a different packet";
+  // Lengths are the packet's business on emit (IPv4 options and bytes after the UDP
+  // length are dropped); every other header field must survive.
+  RoceHeaders before = frame.headers, after = again.headers;
+  before.ipv4.payload_length = after.ipv4.payload_length = 0;
+  before.udp.payload_length = after.udp.payload_length = 0;
+  if (!(before == after)) return "rebuilt frame parses to different headers";
+  return nullptr;
+}
+
+// A copy of `input` with the IPv4 header checksum and the ICRC made right for whatever the
+// other bytes say (when the IPv4 header and total length leave room for them), so that
+// mutations reach the transport parser instead of stopping at a checksum.
+inline std::vector<std::uint8_t> with_valid_checksums(ByteSpan input) {
+  std::vector<std::uint8_t> f(input.begin(), input.end());
+  constexpr std::size_t kIp = 14, kUdp = kIp + 20, kBth = kUdp + 8;
+  if (f.size() < kUdp || f[kIp] != 0x45) return f;
+  f[kIp + 10] = f[kIp + 11] = 0;
+  const std::uint16_t sum = stack::internet_checksum(ByteSpan(f).subspan(kIp, 20));
+  store_be16(f, kIp + 10, sum);
+  const std::size_t end = kIp + load_be16(f, kIp + 2);
+  if (end > f.size() || end < kBth + rocev2::kBthLength + rocev2::kIcrcLength) return f;
+  const ByteSpan b(f);
+  const auto icrc = rocev2::compute_icrc(b.subspan(kIp, 20), b.subspan(kUdp, 8),
+                                         b.subspan(kBth, end - rocev2::kIcrcLength - kBth));
+  const auto bytes = rocev2::icrc_bytes(*icrc);
+  std::copy(bytes.begin(), bytes.end(), f.begin() + static_cast<std::ptrdiff_t>(end - rocev2::kIcrcLength));
+  return f;
+}
+
+// Both the input as it is and its checksum-corrected copy.
+inline const char* check_frame_and_resealed(ByteSpan input) {
+  if (const char* failed = check_frame_properties(input)) return failed;
+  const std::vector<std::uint8_t> resealed = with_valid_checksums(input);
+  return check_frame_properties(resealed);
+}
+
+}  // namespace rrdma::fuzz

@@ -1,0 +1,14 @@
+// libFuzzer target over the whole-frame parser and the ICRC check: see frame_properties.h
+// for what it asserts. Built by tests/fuzz/run-fuzz.sh (clang-14, ASan + UBSan).
+#include <cstdio>
+#include <cstdlib>
+
+#include "tests/fuzz/frame_properties.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (const char* failed = rrdma::fuzz::check_frame_and_resealed(rrdma::ByteSpan(data, size))) {
+    std::fprintf(stderr, "property failed: %s\n", failed);
+    std::abort();
+  }
+  return 0;
+}

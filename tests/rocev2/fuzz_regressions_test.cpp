@@ -1,0 +1,40 @@
+// Replays every input the fuzzer kept in tests/fuzz/regressions/ through the same property
+// check as the fuzz target, in every build (gcc or clang, with or without sanitizers).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "tests/fuzz/frame_properties.h"
+#include "tests/rocev2/rxe_captures.h"
+
+namespace rrdma::fuzz {
+namespace {
+
+TEST_CASE("Fuzz regressions: every kept input passes the frame properties", "[fuzz][hostile]") {
+  namespace fs = std::filesystem;
+  std::size_t replayed = 0;
+  for (const auto& entry : fs::directory_iterator(RRDMA_FUZZ_REGRESSIONS_DIR)) {
+    if (!entry.is_regular_file() || entry.path().filename().string().starts_with(".")) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::vector<std::uint8_t> bytes{std::istreambuf_iterator<char>(in), {}};
+    INFO(entry.path().filename().string());
+    const char* failed = check_frame_and_resealed(bytes);
+    CHECK(failed == nullptr);
+    if (failed) UNSCOPED_INFO(failed);
+    ++replayed;
+  }
+  WARN("replayed " << replayed << " fuzz regressions");
+}
+
+TEST_CASE("Fuzz properties hold for every rxe frame (the seed corpus)", "[fuzz][golden]") {
+  for (const test::RxeFrame& f : test::all_rxe_frames()) {
+    INFO(f.capture << " frame " << f.index + 1);
+    const char* failed = check_frame_properties(f.bytes);
+    CHECK(failed == nullptr);
+  }
+}
+
+}  // namespace
+}  // namespace rrdma::fuzz
