@@ -195,7 +195,8 @@ bool Engine::Impl::fill_segment(Qp& qp, SendWqe& w, TransportPacket& p) {
   }
   std::span<std::uint8_t> payload(scratch_.data(), size);
   if (w.wr.flags & send_flags::kInline) {
-    std::memcpy(payload.data(), w.wr.inline_data.data() + offset, size);
+    // An empty inline payload has no data(): memcpy from a null pointer is UB even for 0 bytes.
+    if (size != 0) std::memcpy(payload.data(), w.wr.inline_data.data() + offset, size);
   } else if (!gather(dma_, w.sges, offset, payload)) {
     // The memory behind a checked SGE vanished (its process is gone): nothing sensible
     // remains for this QP. The WQE fails first, then the error state flushes the rest.
