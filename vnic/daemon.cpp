@@ -552,6 +552,8 @@ Outcome stop_vnic(const std::string& name) {
   const Liveness liveness = assess(observation);
   if (liveness == Liveness::kStale) return clean_stale_by_command(name);
   if (liveness != Liveness::kRunning) return {false, not_running(name, observation), {}};
+  const auto state = read_state_file(RuntimePaths::of(name).state_file);
+  const ExternalChanges changes = state ? ExternalChanges::from_json(*state) : ExternalChanges{};
   std::string error;
   auto client = ControlClient::connect(RuntimePaths::of(name).socket, error);
   if (!client) return {false, "cannot reach vnic " + name + ": " + error, {}};
@@ -562,7 +564,18 @@ Outcome stop_vnic(const std::string& name) {
   if (!wait_until_unlocked(name, kStopTimeout)) {
     return {false, "vnic " + name + " did not stop within " + std::to_string(kStopTimeout.count()) + " ms", {}};
   }
-  return {true, name + " is down", {}};
+  Outcome outcome{true, name + " is down", {}};
+  // The daemon logs why it kept its bridge into a log it then removes; say it here.
+  if (changes.created_bridge) {
+    try {
+      if (LinkControl().find(*changes.created_bridge)) {
+        outcome.notes.push_back("bridge " + *changes.created_bridge +
+                                " was left in place: other interfaces are still its ports");
+      }
+    } catch (const std::exception&) {
+    }
+  }
+  return outcome;
 }
 
 QueryResult query_vnic(const std::string& name, const std::string& cmd) {
