@@ -49,6 +49,33 @@ TEST_CASE("crc32 (ISA-L crc32_gzip_refl) computes what zlib's crc32 computes, an
   CHECK(crc32(0, ByteSpan(reinterpret_cast<const std::uint8_t*>(check.data()), check.size())) == 0xCBF43926);
 }
 
+TEST_CASE("compute_icrc (one call or two) equals the calculator fed piece by piece", "[icrc]") {
+  const Bytes cnp(kConnectXCnp.begin() + 14, kConnectXCnp.end());
+  const ByteSpan ip = ByteSpan(cnp).first(20), udp = ByteSpan(cnp).subspan(20, 8);
+  std::mt19937 rng(5);
+  for (std::size_t rest : {0u, 1u, 4u, 100u, 1023u, 1024u, 1025u, 1028u, 4096u}) {
+    Bytes transport(12 + rest);
+    for (auto& x : transport) x = static_cast<std::uint8_t>(rng());
+    const ByteSpan t(transport);
+    auto calc = IcrcCalculator::start(ip, udp, t.first(12));
+    REQUIRE(calc);
+    const std::size_t cut = rest / 3;
+    calc->add(t.subspan(12, cut));
+    calc->add(t.subspan(12 + cut));
+    INFO("rest " << rest);
+    CHECK(compute_icrc(ip, udp, t) == calc->value());
+    // And the definition, spelt out with zlib.
+    Bytes masked(8, 0xFF);
+    masked.insert(masked.end(), ip.begin(), ip.end());
+    masked[8 + 1] = masked[8 + 8] = masked[8 + 10] = masked[8 + 11] = 0xFF;
+    masked.insert(masked.end(), udp.begin(), udp.end());
+    masked[28 + 6] = masked[28 + 7] = 0xFF;
+    masked.insert(masked.end(), transport.begin(), transport.end());
+    masked[36 + 4] = 0xFF;
+    CHECK(compute_icrc(ip, udp, t) == zlib_crc(0, masked));
+  }
+}
+
 TEST_CASE("ICRC bytes are little-endian on the wire", "[icrc]") {
   const auto b = icrc_bytes(0x2a00fd82);
   CHECK(b == std::array<std::uint8_t, 4>{0x82, 0xfd, 0x00, 0x2a});
