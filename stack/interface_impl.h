@@ -11,6 +11,7 @@
 #include "stack/arp.h"
 #include "stack/arp_cache.h"
 #include "stack/ethernet.h"
+#include "stack/icmp.h"
 #include "stack/interface.h"
 #include "stack/ipv4.h"
 #include "stack/stack_counters.h"
@@ -51,6 +52,7 @@ struct Interface::Impl final : ArpCacheClient {
   void receive_ipv4(const EthernetView& frame, Instant now);
   void receive_icmp(const EthernetView& frame, const Ipv4View& ip, Instant now);
   void receive_udp(const EthernetView& frame, const Ipv4View& ip, Instant now);
+  void answer_echo(const Ipv4View& ip, const IcmpMessage& request, Instant now);
   void send_port_unreachable(const Ipv4View& ip, Instant now);
   // A frame buffer with room for Ethernet and an IPv4 header for `header`, header emitted
   // (identification assigned); the caller writes the payload after it.

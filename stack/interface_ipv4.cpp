@@ -80,9 +80,12 @@ void Interface::Impl::receive_icmp(const EthernetView& frame, const Ipv4View& ip
   // Echo to a broadcast address may be ignored (RFC 1122 3.2.2.6); Linux ignores it by
   // default (icmp_echo_ignore_broadcasts), and it is a classic amplifier.
   if (ip.destination() != config.address) return drop(Stat::icmp_drop_broadcast_echo, frame.bytes());
+  answer_echo(ip, *message, now);
+}
 
+void Interface::Impl::answer_echo(const Ipv4View& ip, const IcmpMessage& request, Instant now) {
   // RFC 792: the reply carries the request's identifier, sequence number and data.
-  IcmpMessage reply = *message;
+  IcmpMessage reply = request;
   reply.type = IcmpType::echo_reply;
   reply.code = 0;
   Ipv4Header header;
