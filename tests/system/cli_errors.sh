@@ -23,14 +23,13 @@ register_link "${PREFIX}x"
 expect_nothing_of() {
   local left=()
   link_exists "$1" && left+=("interface $1")
-  [[ -e "$RUN_DIR/$1.pid" ]] && left+=("$RUN_DIR/$1.pid")
-  [[ -e "$RUN_DIR/$1.sock" ]] && left+=("$RUN_DIR/$1.sock")
+  left+=($(run_files "$1"))
   [[ -n "${2:-}" ]] && link_exists "$2" && left+=("bridge $2")
   (( ${#left[@]} == 0 )) && return 0
   fail_case "the failed command left: ${left[*]}"
   timeout 15 "$RRDMA_VNIC" down "$1" &>/dev/null
   ip link del "$1" &>/dev/null
-  rm -f "$RUN_DIR/$1.pid" "$RUN_DIR/$1.sock"
+  rm -f "$RUN_DIR/$1".*
   [[ -n "${2:-}" ]] && ip link del "$2" &>/dev/null
   return 0
 }
@@ -75,11 +74,11 @@ expect_nothing_of "$name"
 expect_one_line_error "up with a ${#long_name}-character name" \
   "$RRDMA_VNIC" up --name "$long_name" --ip "$NET.12/24" --bridge "$BR"
 expect_nothing_of "${long_name:0:15}"
-[[ ! -e "$RUN_DIR/$long_name.pid" ]] || fail "a rejected name left $RUN_DIR/$long_name.pid"
+[[ -z "$(run_files "$long_name")" ]] || fail "a rejected name left $(run_files "$long_name")"
 # A name with a slash would reach outside /run/rrdma if it were used as a path.
 expect_one_line_error "up with a name containing '/'" \
   "$RRDMA_VNIC" up --name "../${PREFIX}s" --ip "$NET.12/24" --bridge "$BR"
-[[ ! -e "/run/${PREFIX}s.pid" && ! -e "/run/${PREFIX}s.sock" ]] || fail "a name with '/' wrote outside $RUN_DIR"
+[[ -z "$(compgen -G "/run/${PREFIX}s.*")" ]] || fail "a name with '/' wrote outside $RUN_DIR"
 
 for bad_name in . ..; do
   expect_one_line_error "up --name '$bad_name'" \

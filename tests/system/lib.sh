@@ -143,8 +143,13 @@ cleanup() {
         kill -9 "$pid" 2>/dev/null
       fi
       host ip link del "$name" &>/dev/null
-      rm -f "$RUN_DIR/$name.pid" "$RUN_DIR/$name.sock"
     fi
+    # A failed test shows what the daemon logged before its files go.
+    if (( rc != 0 )) && [[ -s "$RUN_DIR/$name.log" ]]; then
+      echo "--- $RUN_DIR/$name.log (last lines):" >&2
+      tail -n 20 "$RUN_DIR/$name.log" >&2
+    fi
+    rm -f "$RUN_DIR/$name".*
   done
   for name in "${CLEAN_LINKS[@]}"; do
     host ip link del "$name" &>/dev/null
@@ -263,11 +268,17 @@ pid_alive() {
   [[ -n "$state" && "$state" != Z && "$state" != X ]]
 }
 
+# run_files NAME: the files under /run/rrdma that belong to NAME (pid, sock, state, log...).
+run_files() {
+  compgen -G "$RUN_DIR/$1.*" || true
+}
+
 # expect_vnic_gone NAME: no interface and no files under /run/rrdma.
 expect_vnic_gone() {
   ! link_exists "$1" || fail "interface $1 is still there"
-  [[ ! -e "$RUN_DIR/$1.pid" ]] || fail "$RUN_DIR/$1.pid is still there"
-  [[ ! -e "$RUN_DIR/$1.sock" ]] || fail "$RUN_DIR/$1.sock is still there"
+  local left
+  left=$(run_files "$1")
+  [[ -z "$left" ]] || fail "files left behind: $(echo $left)"
 }
 
 # wait_until SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.2 s.
