@@ -15,6 +15,15 @@ NS="${PREFIX}-a"
 CLOSED_PORT=9
 BURST=40
 
+# ns_icmp_counter NETNS FIELD: sets COUNT to the namespace kernel's Icmp FIELD counter
+# from /proc/net/snmp (e.g. InDestUnreachs: ICMP destination unreachables it accepted).
+ns_icmp_counter() {
+  COUNT=$(ip netns exec "$1" awk -v field="$2" '
+    $1 == "Icmp:" && !header { for (i = 2; i <= NF; i++) column[$i] = i; header = 1; next }
+    $1 == "Icmp:" && header { print $column[field]; exit }' /proc/net/snmp)
+  [[ "$COUNT" =~ ^[0-9]+$ ]] || fail "no Icmp $2 in /proc/net/snmp of $1"
+}
+
 make_bridge "$BR"
 make_peer "$NS" "$BR" "${PREFIX}ha" "${PREFIX}na" "$NET.20/24"
 vnic_up "$VNIC" --ip "$VNIC_IP/24" --bridge "$BR"
@@ -29,6 +38,8 @@ expect_delta "$TMPD/s0.json" "$TMPD/s1.json" udp.drop_no_port 1
 expect_delta "$TMPD/s0.json" "$TMPD/s1.json" icmp.tx_port_unreachable 1
 
 log "a burst of $BURST: each one is answered or counted as rate limited"
+ns_icmp_counter "$NS" InDestUnreachs; unreachables0=$COUNT
+ns_icmp_counter "$NS" InCsumErrors; csum_errors0=$COUNT
 ip netns exec "$NS" "$RRDMA_UDP_PROBE" burst "$VNIC_IP" "$CLOSED_PORT" "$BURST" >"$TMPD/probe" ||
   fail "burst: $(cat "$TMPD/probe")"
 # The datagrams are processed after sendto returns: wait until all are counted.
@@ -45,6 +56,12 @@ counter "$TMPD/s2.json" icmp.port_unreachable_rate_limited; limited1=$COUNT
 expect_eq "$(( sent1 - sent0 + limited1 - limited0 ))" "$BURST" \
   "port unreachables sent + rate limited for a burst of $BURST"
 expect_ge "$(( sent1 - sent0 ))" 1 "port unreachables sent during the burst"
+log "  $(( sent1 - sent0 )) sent, $(( limited1 - limited0 )) rate limited"
+# The sender's kernel accepted every one the vnic sent: checksums and quoted headers good.
+ns_icmp_counter "$NS" InDestUnreachs
+expect_eq "$(( COUNT - unreachables0 ))" "$(( sent1 - sent0 ))" "ICMP unreachables accepted by $NS"
+ns_icmp_counter "$NS" InCsumErrors
+expect_eq "$(( COUNT - csum_errors0 ))" 0 "ICMP checksum errors seen by $NS"
 
 log "the vnic still answers ping"
 ping_all "$NS" 2 "$VNIC_IP"
