@@ -207,6 +207,21 @@ const std::map<std::string, KindBuilder>& kinds() {
          rrdma::store_be16(arp, 6, 1);
          return f;
        }},
+      {"arp_claim",  // a well-formed announcement (RFC 5227 §2.3) of --src-ip, broadcast:
+                     // aimed at the vnic's own address, it is an address conflict
+       [](const FrameBuilder& b, const Options& o, std::mt19937&) {
+         Frame f = b.ethernet(kEthertypeArp, 28, Mac{0xff, 0xff, 0xff, 0xff, 0xff, 0xff});
+         rrdma::MutableByteSpan arp(f.data() + kEthernetHeader, 28);
+         rrdma::store_be16(arp, 0, 1);
+         rrdma::store_be16(arp, 2, kEthertypeIpv4);
+         arp[4] = 6;
+         arp[5] = 4;
+         rrdma::store_be16(arp, 6, 1);
+         std::copy(o.src_mac.begin(), o.src_mac.end(), arp.begin() + 8);
+         rrdma::store_be32(arp, 14, o.src_ip);
+         rrdma::store_be32(arp, 24, o.src_ip);
+         return f;
+       }},
       {"ipv4_truncated",  // 12 bytes after the Ethernet header: less than a minimal header
        [](const FrameBuilder& b, const Options& o, std::mt19937&) {
          Frame f = b.ipv4(kProtocolUdp, 0, o.dst_ip);
