@@ -3,7 +3,8 @@
 #  - a cleanup trap on EXIT/INT/TERM that removes every vnic, namespace, bridge and veth
 #    the test made, on success and on failure alike (the register_* functions),
 #  - assertions (fail, expect_eq, expect_ge, expect_one_line_error, expect_vnic_gone),
-#  - bounded waits (wait_until) and the vnic's counters (stats_snapshot, stat_delta).
+#  - bounded waits (wait_until) and the vnic's counters (stats_snapshot, expect_delta),
+#  - sanitizer reports of the detached daemon collected into the test's verdict.
 # Environment (set by tests/system/CMakeLists.txt): RRDMA_VNIC, RRDMA_FRAME_SENDER,
 # RRDMA_UDP_PROBE, RRDMA_JSON_GET, RRDMA_BUILD_DIR, RRDMA_CMAKE.
 
