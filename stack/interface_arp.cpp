@@ -7,6 +7,8 @@ namespace rrdma::stack {
 namespace {
 
 constexpr std::size_t arp_frame_length = EthernetHeader::length() + ArpPacket::length();
+// RFC 5227 section 1.1 DEFEND_INTERVAL: at most one defensive announcement per 10 s.
+constexpr Duration defend_interval = std::chrono::seconds(10);
 
 }  // namespace
 
@@ -21,11 +23,19 @@ void Interface::Impl::receive_arp(const EthernetView& frame, Instant now) {
   // A group address cannot be a host's hardware address.
   if (packet.sender_mac.is_multicast()) return drop(Stat::arp_drop_malformed, frame.bytes());
   count(is_request ? Stat::arp_rx_requests : Stat::arp_rx_replies);
+  // Our own frame reflected back (a bridge flooding our broadcast to us): nothing to
+  // learn or answer.
+  if (packet.sender_mac == config.mac) return;
 
   if (packet.sender_ip == config.address && packet.sender_mac != config.mac) {
-    // Someone else uses our address (RFC 5227 2.4): report it, and never learn it.
+    // Someone else uses our address (RFC 5227 2.4): report it, never learn it, and
+    // defend the address (option (b)) with an announcement, at most once per interval.
     count(Stat::arp_conflicts);
     if (observer) observer->arp_conflict(config.address, packet.sender_mac);
+    if (!last_defense || now - *last_defense >= defend_interval) {
+      last_defense = now;
+      announce();
+    }
     return;
   }
   const bool for_us = packet.target_ip == config.address;

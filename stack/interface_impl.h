@@ -70,6 +70,7 @@ struct Interface::Impl final : ArpCacheClient {
   TokenBucket icmp_errors;
   std::unordered_map<std::uint16_t, UdpHandler*> udp_ports;
   std::uint16_t next_identification = 1;
+  std::optional<Instant> last_defense;  // of our address against an ARP conflict
 };
 
 }  // namespace rrdma::stack

@@ -189,12 +189,24 @@ TEST_CASE("interface: another host claiming our address is a conflict", "[interf
   CHECK(counter(iface, "arp", "conflicts") == 1);
   CHECK(observer.events == std::vector<std::string>{"conflict 10.99.0.1 02:00:00:99:00:66"});
   CHECK(iface.arp_entries(t0).empty());
-  CHECK(sink.frames.empty());
+  // We defend the address with one announcement (RFC 5227 2.4 (b))...
+  const Bytes our_announcement = arp_frame(ArpOperation::request, MacAddress::broadcast(), our_mac,
+                                           our_ip, MacAddress{}, our_ip);
+  REQUIRE(sink.frames.size() == 1);
+  CHECK(sink.frames[0] == our_announcement);
+  // ...and not again within the 10 s defend interval.
+  const Bytes claim = arp_frame(ArpOperation::reply, MacAddress::broadcast(), stranger_mac, our_ip,
+                                MacAddress{}, our_ip);
+  iface.receive_frame(claim, t0 + seconds(9));
+  CHECK(counter(iface, "arp", "conflicts") == 2);
+  CHECK(sink.frames.size() == 1);
+  iface.receive_frame(claim, t0 + seconds(10));
+  CHECK(sink.frames.size() == 2);
   // Our own announcement coming back (a bridge reflecting it) is not a conflict.
-  iface.receive_frame(arp_frame(ArpOperation::request, MacAddress::broadcast(), our_mac, our_ip,
-                                MacAddress{}, our_ip),
-                      t0);
-  CHECK(counter(iface, "arp", "conflicts") == 1);
+  iface.receive_frame(our_announcement, t0 + seconds(11));
+  CHECK(counter(iface, "arp", "conflicts") == 3);
+  CHECK(sink.frames.size() == 2);
+  CHECK(iface.arp_entries(t0 + seconds(11)).empty());
 }
 
 TEST_CASE("interface: an RFC 5227 probe for our address is answered, not learnt",
