@@ -8,6 +8,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "rocev2/engine/engine.h"
@@ -53,6 +54,7 @@ struct Requester {
   std::optional<Psn> rnr_resume_psn;   // where to resume when the RNR wait ends
   std::optional<Psn> gap_retry_psn;    // a read-response gap already retried from here
   bool drain_reported = false;         // SQD: SqDrained sent
+  std::string_view retransmit_reason = "retransmission";  // for the observer (static text)
 };
 
 // A READ or atomic the responder executed, kept to answer duplicates (IBA 9.7.5.1.4-5).

@@ -134,7 +134,7 @@ bool Engine::Impl::send_next_packet(Qp& qp, SendWqe& w, Instant now) {
   if (r.high_psn.before(r.next_psn)) r.high_psn = r.next_psn;
   const stack::Ipv4Address dest = qp.type == QpType::Ud ? w.wr.ud_dest_ip : qp.attr.dest_ip;
   emit(qp, dest, p, retransmission ? PacketDecision::Retransmitted : PacketDecision::Sent,
-       opcode_info(p.bth.opcode).name);
+       retransmission ? r.retransmit_reason : opcode_info(p.bth.opcode).name);
   if (retransmission) ++counters_.retransmits;
   if (qp.type == QpType::Rc && !r.retransmit_deadline) restart_ack_timer(qp, now);
   return true;
@@ -226,9 +226,7 @@ void Engine::Impl::retransmit_from(Qp& qp, Psn psn, Instant now, std::string_vie
   if (w.is_read()) w.responses_received = std::min(w.responses_received, w.next_packet);
   r.next_send = i;
   r.next_psn = psn;
-  Bth marker;
-  marker.psn = psn;
-  observe(qp, marker, PacketDecision::Retransmitted, reason);
+  r.retransmit_reason = reason;
   restart_ack_timer(qp, now);
   pump(qp, now);
 }
