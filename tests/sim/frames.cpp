@@ -4,6 +4,7 @@
 
 #include "rocev2/encap.h"
 #include "rocev2/opcode.h"
+#include "rocev2/wire.h"
 
 namespace rrdma::sim {
 
@@ -37,6 +38,18 @@ std::optional<DecodedFrame> decode_frame(const Frame& frame) {
   d.source.ip = parsed.headers.ipv4.source;
   d.source.udp_source_port = parsed.headers.udp.source_port;
   d.source.ipv4_header = ipv4_header_of(frame);
+  return d;
+}
+
+std::optional<DecodedFrame> decode_frame_unchecked(const Frame& frame) {
+  constexpr std::size_t kIpv4Offset = stack::EthernetHeader::length();
+  constexpr std::size_t kIpv4Length = 20;
+  if (frame.size() < kBthOffsetInFrame + rocev2::kIcrcLength) return std::nullopt;
+  DecodedFrame d;
+  if (rocev2::parse_transport(ByteSpan(frame).subspan(kBthOffsetInFrame), d.packet) != rocev2::TransportError::none)
+    return std::nullopt;
+  d.source.ip = stack::Ipv4Address{load_be32(frame, kIpv4Offset + 12)};
+  d.source.ipv4_header = ByteSpan(frame).subspan(kIpv4Offset, kIpv4Length);
   return d;
 }
 

@@ -90,6 +90,7 @@ bool SimMemory::write(const MrFacts& mr, std::uint64_t addr, std::span<const std
   std::uint8_t* p = reach(mr, addr, in.size(), "write");
   if (p == nullptr) return false;
   if (!in.empty()) std::memcpy(p, in.data(), in.size());
+  if (++writes_ == flip_write_ && !in.empty()) p[in.size() / 2] ^= 0x10;
   return true;
 }
 

@@ -44,6 +44,8 @@ class SimMemory final : public rocev2::MrTable, public rocev2::Dma {
   // Accesses the engine let through that fall outside their region (must stay empty).
   const std::vector<std::string>& violations() const { return violations_; }
   std::uint64_t load_word(const rocev2::MrFacts& mr, std::uint64_t addr);
+  // Sabotage for the tests of the checks: the n-th write (from 1) lands with one bit flipped.
+  void flip_bit_of_write(std::uint64_t n) { flip_write_ = n; }
 
  private:
   struct Region {
@@ -59,6 +61,8 @@ class SimMemory final : public rocev2::MrTable, public rocev2::Dma {
   std::uint32_t key_salt_;
   std::vector<Region> regions_;
   std::vector<std::string> violations_;
+  std::uint64_t writes_ = 0;
+  std::uint64_t flip_write_ = 0;
 };
 
 }  // namespace rrdma::sim

@@ -42,11 +42,17 @@ void Node::deliver(const Frame& frame, Instant now) {
   now_ = now;
   ++counters_.frames_received;
   auto decoded = decode_frame(frame);
+  if (!decoded && accept_bad_frames_) decoded = decode_frame_unchecked(frame);
   if (!decoded) {
     ++counters_.frames_dropped;
     return;
   }
   engine_.receive(decoded->packet, decoded->source, now);
+}
+
+void Node::complete(const rocev2::Completion& cqe) {
+  if (++completions_made_ == lose_completion_) return;
+  completions_.push_back(cqe);
 }
 
 std::vector<rocev2::Completion> Node::take_completions() { return std::exchange(completions_, {}); }

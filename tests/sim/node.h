@@ -55,6 +55,9 @@ class Node final : public rocev2::EngineHost {
     trace_.set_now(now);
   }
   void deliver(const Frame& frame, Instant now);
+  // Sabotage for the tests of the checks (simulation.h).
+  void accept_bad_frames() { accept_bad_frames_ = true; }
+  void lose_completion(std::uint64_t n) { lose_completion_ = n; }
 
   rocev2::Engine& engine() { return engine_; }
   SimMemory& memory() { return memory_; }
@@ -69,7 +72,7 @@ class Node final : public rocev2::EngineHost {
 
   // EngineHost
   void send_packet(const rocev2::OutgoingPacket& out) override;
-  void complete(const rocev2::Completion& cqe) override { completions_.push_back(cqe); }
+  void complete(const rocev2::Completion& cqe) override;
   void async_event(const rocev2::AsyncEvent& event) override { events_.push_back(event); }
 
  private:
@@ -84,6 +87,9 @@ class Node final : public rocev2::EngineHost {
   std::vector<rocev2::Completion> completions_;
   std::vector<rocev2::AsyncEvent> events_;
   NodeCounters counters_;
+  bool accept_bad_frames_ = false;
+  std::uint64_t completions_made_ = 0;
+  std::uint64_t lose_completion_ = 0;
 };
 
 }  // namespace rrdma::sim

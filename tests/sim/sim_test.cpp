@@ -3,6 +3,7 @@
 // it exactly. soak.sh runs many more seeds.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <iostream>
 
 #include "tests/sim/seeds.h"
@@ -12,14 +13,20 @@ namespace rrdma::sim {
 namespace {
 
 // Runs one configuration over the seeds of seeds.h. RRDMA_SIM_OPS overrides the number of
-// operations per QP pair (soak.sh makes long runs with it); RRDMA_SIM_KEEP_GOING=1 runs
+// operations per QP pair and RRDMA_SIM_QPS the number of RC pairs (UC and UD get a quarter
+// as many): soak.sh makes long runs with them. RRDMA_SIM_KEEP_GOING=1 runs
 // every seed even after a failure, and RRDMA_SIM_VERBOSE=1 prints one line per seed.
 template <typename ExtraCheck>
 void run_and_check(SimConfig config, std::uint64_t salt, std::uint64_t rounds, ExtraCheck extra) {
   const bool keep_going = std::getenv("RRDMA_SIM_KEEP_GOING") != nullptr;
   const bool verbose = std::getenv("RRDMA_SIM_VERBOSE") != nullptr;
-  if (ExtraCheck::kScalable)
+  if (ExtraCheck::kScalable) {
     config.ops_per_pair = static_cast<int>(env_number("RRDMA_SIM_OPS", static_cast<std::uint64_t>(config.ops_per_pair)));
+    if (const auto rc = static_cast<int>(env_number("RRDMA_SIM_QPS", 0)); rc > 0) {
+      config.rc_pairs = rc;
+      config.uc_pairs = config.ud_pairs = std::max(1, rc / 4);
+    }
+  }
   for (std::uint64_t seed : seeds_to_run(salt, rounds)) {
     config.seed = seed;
     const SimReport report = extra.prepare(config);
@@ -109,6 +116,41 @@ TEST_CASE("sim: a vanished peer ends RC QPs in retry-exceeded, flushed, not hung
   c.ack_timeout = 6;
   c.retry_cnt = 3;
   run_and_check(c, 5, 3, CutRun{c.rc_pairs});
+}
+
+TEST_CASE("sim: the same seed replays the same run", "[sim][meta]") {
+  SimConfig c;
+  c.faults = faults_at(100'000);
+  c.allow_retry_exceeded = true;
+  for (std::uint64_t seed : seeds_to_run(6, 2)) {
+    c.seed = seed;
+    const SimReport first = run_simulation(c);
+    const SimReport again = run_simulation(c);
+    INFO(first.summary() << "\n" << again.summary());
+    CHECK(first.steps == again.steps);
+    CHECK(first.frames == again.frames);
+    CHECK(first.frames_dropped_bad == again.frames_dropped_bad);
+    CHECK(first.retransmits == again.retransmits);
+    CHECK(first.simulated == again.simulated);
+    CHECK(first.summary() == again.summary());
+    c.seed = seed + 1'000'000'000;
+    CHECK(run_simulation(c).summary() != first.summary());
+  }
+}
+
+// The checks themselves: each deliberate fault in the harness must be caught.
+TEST_CASE("sim: the checks catch a flipped DMA write, an unchecked ICRC, a lost completion", "[sim][meta]") {
+  SimConfig c;
+  c.faults = faults_at(100'000);
+  c.allow_retry_exceeded = true;
+  for (Sabotage s : {Sabotage::FlipDmaWrite, Sabotage::AcceptBadIcrc, Sabotage::LoseCompletion}) {
+    c.sabotage = s;
+    for (std::uint64_t seed : seeds_to_run(7, 3)) {
+      c.seed = seed;
+      INFO("sabotage " << static_cast<int>(s) << ", " << replay_hint(seed));
+      CHECK_FALSE(run_simulation(c).ok());
+    }
+  }
 }
 
 }  // namespace

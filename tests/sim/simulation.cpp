@@ -89,6 +89,7 @@ struct ExpectedRecv {
   std::uint32_t imm = 0;
   bool with_inv = false;
   rocev2::Rkey inv{};
+  bool solicited = false;
 };
 
 struct Op {
@@ -220,6 +221,21 @@ Simulation::Simulation(const SimConfig& config)
   a_->set_now(now_);
   b_->set_now(now_);
   report_.seed = config.seed;
+  switch (config.sabotage) {
+    case Sabotage::None: break;
+    case Sabotage::FlipDmaWrite:
+      a_->memory().flip_bit_of_write(50);
+      b_->memory().flip_bit_of_write(50);
+      break;
+    case Sabotage::AcceptBadIcrc:
+      a_->accept_bad_frames();
+      b_->accept_bad_frames();
+      break;
+    case Sabotage::LoseCompletion:
+      a_->lose_completion(30);
+      b_->lose_completion(30);
+      break;
+  }
   a_to_b_.on_duplicate([this](const Frame& frame) { count_duplicate(*b_, frame); });
   b_to_a_.on_duplicate([this](const Frame& frame) { count_duplicate(*a_, frame); });
   if (config.cut_after) {
@@ -535,6 +551,7 @@ void Simulation::post_work(Flow& f) {
       e.imm = op.imm;
       e.with_inv = op.opcode == WrOpcode::SendWithInv;
       e.inv = op.inv;
+      e.solicited = (wr.flags & rocev2::send_flags::kSolicited) != 0;
       f.expected_recvs.push_back(e);
     }
     f.ops.push_back(std::move(op));
@@ -645,6 +662,7 @@ std::string Simulation::recv_mismatch(const Flow& f, const ExpectedRecv& e, cons
   if (e.with_imm && wc.imm_data != e.imm) return "immediate data";
   if (((wc.flags & rocev2::wc_flags::kWithInv) != 0) != e.with_inv) return "invalidate flag";
   if (e.with_inv && wc.invalidated_rkey != e.inv) return "invalidated R_Key";
+  if (wc.solicited != e.solicited) return "solicited event flag";
   if (e.opcode == WcOpcode::RecvRdmaWithImm) {
     auto target = f.resp->memory().bytes(f.target, op.remote_addr, op.data.size());
     if (!std::equal(target.begin(), target.end(), op.data.begin(), op.data.end()))

@@ -20,6 +20,15 @@
 
 namespace rrdma::sim {
 
+// Deliberate faults in the harness itself, so that a test can show the checks do fail
+// when something goes wrong (a check that cannot fail proves nothing).
+enum class Sabotage : std::uint8_t {
+  None,
+  FlipDmaWrite,     // one bit of the 50th DMA write on each node lands flipped
+  AcceptBadIcrc,    // frames that fail the frame checks reach the engine anyway, if they parse
+  LoseCompletion,   // the 30th completion on each node vanishes
+};
+
 struct SimConfig {
   std::uint64_t seed = 1;
   LinkFaults faults;
@@ -36,6 +45,7 @@ struct SimConfig {
   std::uint8_t retry_cnt = 7;
   Duration time_limit = std::chrono::seconds(20);   // simulated
   std::uint64_t step_limit = 5'000'000;
+  Sabotage sabotage = Sabotage::None;
 };
 
 struct SimReport {

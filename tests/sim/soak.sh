@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Soak the transport engine in the deterministic simulation: runs every sim test case over
 # fresh ranges of seeds until the time is up, alternating batches of short runs with long
-# runs (many more operations per QP pair), then prints a summary and the exact command that
+# runs (many more operations over many more QP pairs), then prints a summary and the exact command that
 # replays each failing seed.
 #
 #   tests/sim/soak.sh [SECONDS (default 300)] [BUILD_DIR (default build)]
@@ -23,7 +23,8 @@ fi
 start_seed=${RRDMA_SIM_SEED:-$(( $(date +%s) % 100000 * 10000 ))}
 short_rounds=200
 long_rounds=20
-long_ops=400
+long_ops=300
+long_qps=16
 log=$(mktemp /tmp/rrdma-soak.XXXXXX)
 trap 'rm -f "$log"' EXIT
 
@@ -32,26 +33,27 @@ seed=$start_seed
 batch=0
 while (( $(date +%s) < deadline )); do
   left=$(( deadline - $(date +%s) ))
-  if (( batch % 2 == 0 )); then rounds=$short_rounds; ops=""; else rounds=$long_rounds; ops=$long_ops; fi
+  if (( batch % 2 == 0 )); then rounds=$short_rounds; ops=""; qps=""; else rounds=$long_rounds; ops=$long_ops; qps=$long_qps; fi
   # Each line the binary prints for a run: "<test name>: seed N: ok|FAILED, ..."; tag it
-  # with the batch's RRDMA_SIM_OPS so that the replay command is exact.
+  # with the batch's RRDMA_SIM_OPS and RRDMA_SIM_QPS so that the replay command is exact.
   RRDMA_SIM_SEED=$seed RRDMA_SIM_ROUNDS=$rounds RRDMA_SIM_KEEP_GOING=1 RRDMA_SIM_VERBOSE=1 \
-    ${ops:+RRDMA_SIM_OPS=$ops} timeout --signal=KILL "$left" "$binary" 2>/dev/null |
-    grep -E '^sim: .*: seed [0-9]+: ' | sed "s/^/ops=${ops:-default} /" >> "$log"
+    ${ops:+RRDMA_SIM_OPS=$ops} ${qps:+RRDMA_SIM_QPS=$qps} timeout --signal=KILL "$left" "$binary" '[sim]~[meta]' 2>/dev/null |
+    grep -E '^sim: .*: seed [0-9]+: ' | sed "s/^/ops=${ops:-default}\/${qps:-default} /" >> "$log"
   seed=$(( seed + rounds ))
   batch=$(( batch + 1 ))
 done
 
 awk -v binary="$binary" '
   {
-    ops = substr($1, 5); $1 = ""; sub(/^ /, "")
+    split(substr($1, 5), knobs, "/"); $1 = ""; sub(/^ /, "")
     name = $0; sub(/: seed [0-9]+: .*/, "", name)
     match($0, /seed [0-9]+/); seed = substr($0, RSTART + 5, RLENGTH - 5)
     runs[name]++
     if ($0 ~ /: FAILED/) {
       failed[name]++
       env = "RRDMA_SIM_SEED=" seed " RRDMA_SIM_ROUNDS=1"
-      if (ops != "default") env = env " RRDMA_SIM_OPS=" ops
+      if (knobs[1] != "default") env = env " RRDMA_SIM_OPS=" knobs[1]
+      if (knobs[2] != "default") env = env " RRDMA_SIM_QPS=" knobs[2]
       failures[++nf] = "  " env " " binary " \"" name "\""
     }
     if (match($0, /[0-9]+ RC QPs retry-exceeded/)) rex[name] += substr($0, RSTART, RLENGTH) + 0
