@@ -130,6 +130,7 @@ RoceFrameCheck parse_frame(ByteSpan frame, RoceFrame& out) {
   out.headers.ethernet = stack::EthernetHeader::parse(*eth);
   out.headers.ipv4 = stack::Ipv4Header::parse(*ip);
   out.headers.udp = stack::UdpHeader::parse(*udp);
+  out.ipv4_header = ip->header();
   return {};
 }
 

@@ -122,6 +122,9 @@ struct RoceFrame {
   RoceHeaders headers;
   TransportPacket packet;  // payload borrows from the frame
   std::uint32_t icrc = 0;
+  // The IPv4 header as received (options included), borrowed from the frame: a UD receive
+  // copies it into the GRH area of the receive buffer (see PROTOCOL.md, "UD receive").
+  ByteSpan ipv4_header;
 };
 
 struct RoceFrameCheck {

@@ -63,6 +63,8 @@ TEST_CASE("Golden: every rxe frame parses, verifies, and is rebuilt byte for byt
     CHECK(f.bytes[kUdpChecksumAt] == 0);
     CHECK(f.bytes[kUdpChecksumAt + 1] == 0);
     CHECK_FALSE(r.packet.bth.mig_req);
+    CHECK(r.ipv4_header.data() == f.bytes.data() + 14);
+    CHECK(r.ipv4_header.size() == 20);
     REQUIRE(frame_length(r.packet) == f.bytes.size());
     Bytes out(f.bytes.size(), 0xEE);
     REQUIRE(build_frame(r.headers, r.packet, out) == EmitError::none);
