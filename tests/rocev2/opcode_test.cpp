@@ -86,3 +86,35 @@ TEST_CASE("Every valid opcode is exactly one of request, response or CNP, with o
 
 }  // namespace
 }  // namespace rrdma::rocev2
+
+namespace rrdma::rocev2 {
+namespace {
+
+// Header lengths of every valid opcode, from the table in PROTOCOL.md (IBA table 38 and
+// the 1.5 extensions), written out independently of opcode.h's flag arithmetic.
+TEST_CASE("Header length of every valid opcode matches the PROTOCOL.md table", "[opcode]") {
+  constexpr std::size_t B = 12, R = 16, A = 4, At = 28, AA = 8, D = 8, I = 4, Ie = 4, Fe = 4;
+  const std::map<int, std::size_t> connected{
+      {0x00, B},         {0x01, B},          {0x02, B},      {0x03, B + I},     {0x04, B},
+      {0x05, B + I},     {0x06, B + R},      {0x07, B},      {0x08, B},         {0x09, B + I},
+      {0x0A, B + R},     {0x0B, B + R + I},  {0x0C, B + R},  {0x0D, B + A},     {0x0E, B},
+      {0x0F, B + A},     {0x10, B + A},      {0x11, B + A},  {0x12, B + A + AA}, {0x13, B + At},
+      {0x14, B + At},    {0x16, B + Ie},     {0x17, B + Ie}, {0x1C, B + Fe + R}, {0x1D, B + R}};
+  std::size_t checked = 0;
+  for (const auto& [op, length] : connected) {
+    INFO("opcode " << op);
+    CHECK(opcode_info(static_cast<Opcode>(op)).header_length == length);
+    ++checked;
+    if (op <= 0x0B) {  // UC has the SEND and RDMA WRITE rows
+      CHECK(opcode_info(static_cast<Opcode>(0x20 | op)).header_length == length);
+      ++checked;
+    }
+  }
+  CHECK(opcode_info(Opcode::UdSendOnly).header_length == B + D);
+  CHECK(opcode_info(Opcode::UdSendOnlyImm).header_length == B + D + I);
+  CHECK(opcode_info(Opcode::Cnp).header_length == B);
+  CHECK(checked + 3 == 40);  // every valid opcode
+}
+
+}  // namespace
+}  // namespace rrdma::rocev2

@@ -149,6 +149,26 @@ TEST_CASE("parse_transport: headers in opcode order, payload without pad and ICR
   CHECK(std::equal(out.begin(), out.end(), in.begin()));
 }
 
+TEST_CASE("parse_transport: FLUSH carries the FETH before the RETH (IBA 1.5)", "[wire]") {
+  Bytes h = bth_bytes(0x1C);
+  const Bytes feth{0, 0, 0, 0x11};
+  const Bytes reth{0, 0, 0, 0, 0, 0, 0x20, 0, 0, 0, 0, 0x07, 0, 0, 0x10, 0};
+  h.insert(h.end(), feth.begin(), feth.end());
+  h.insert(h.end(), reth.begin(), reth.end());
+  const Bytes in = udp_payload(h, 0, 0);
+  TransportPacket p;
+  REQUIRE(parse_transport(in, p) == TransportError::none);
+  REQUIRE(p.feth);
+  CHECK(p.feth->bits == 0x11);
+  REQUIRE(p.reth);
+  CHECK(p.reth->virtual_address == 0x2000);
+  CHECK(p.reth->rkey == Rkey{7});
+  CHECK(p.reth->dma_length == 0x1000);
+  Bytes out(in.size() - kIcrcLength);
+  REQUIRE(emit_transport(p, out) == EmitError::none);
+  CHECK(std::equal(out.begin(), out.end(), in.begin()));
+}
+
 TEST_CASE("parse_transport: each kind of malformed packet gets its own error", "[wire][hostile]") {
   TransportPacket p;
   SECTION("shorter than BTH + ICRC") {
