@@ -11,6 +11,7 @@ LinkFaults LinkFaults::uniform(std::uint32_t ppm) {
   f.reorder_ppm = ppm;
   f.corrupt_ppm = ppm;
   f.truncate_ppm = ppm / 4;
+  f.long_delay_ppm = ppm / 10;
   f.jitter = ppm == 0 ? Duration{0} : std::chrono::microseconds(2);
   return f;
 }
@@ -43,6 +44,10 @@ void Link::put_in_flight(Frame frame, Instant now) {
   if (rng_.chance(faults_.reorder_ppm)) {
     ++counters_.reordered;
     due += random_up_to(faults_.reorder_hold);
+  }
+  if (rng_.chance(faults_.long_delay_ppm)) {
+    ++counters_.long_delayed;
+    due += random_up_to(faults_.long_delay);
   }
   in_flight_.schedule(due, std::move(frame));
 }

@@ -30,6 +30,8 @@ struct LinkFaults {
   Duration delay = std::chrono::microseconds(5);
   Duration jitter{0};               // added uniformly in [0, jitter]; reorders on its own
   Duration reorder_hold = std::chrono::microseconds(50);
+  std::uint32_t long_delay_ppm = 0;  // held up to long_delay: a stale copy turns up much later
+  Duration long_delay = std::chrono::milliseconds(1);
 
   // The same rate for every kind of fault, as the sim tests' "loss levels" use it.
   static LinkFaults uniform(std::uint32_t ppm);
@@ -43,6 +45,7 @@ struct LinkCounters {
   std::uint64_t reordered = 0;
   std::uint64_t corrupted = 0;
   std::uint64_t truncated = 0;
+  std::uint64_t long_delayed = 0;
   std::uint64_t delivered = 0;
 };
 

@@ -118,6 +118,27 @@ TEST_CASE("sim: a vanished peer ends RC QPs in retry-exceeded, flushed, not hung
   run_and_check(c, 5, 3, CutRun{c.rc_pairs});
 }
 
+// The receivers stall: after 300 us no receive is ever posted again.
+struct StalledReceiverRun {
+  int pairs;
+  static constexpr bool kScalable = false;
+  SimReport prepare(const SimConfig& run) const { return run_simulation(run); }
+  // Every QP met a SEND with no receive posted, RNR-NAKed until its rnr_retry ran out.
+  bool check(const SimReport& r) const { return r.rc_qps_rnr_failed == static_cast<std::uint64_t>(pairs); }
+};
+
+TEST_CASE("sim: a receiver that stops posting receives ends RC QPs in RNR-retry-exceeded", "[sim]") {
+  SimConfig c;
+  c.faults = faults_at(10'000);
+  c.rc_pairs = 4;
+  c.uc_pairs = 0;
+  c.ud_pairs = 0;
+  c.ops_per_pair = 5000;
+  c.rnr_retry = 2;
+  c.stop_receives_after = std::chrono::microseconds(300);
+  run_and_check(c, 8, 3, StalledReceiverRun{c.rc_pairs});
+}
+
 TEST_CASE("sim: the same seed replays the same run", "[sim][meta]") {
   SimConfig c;
   c.faults = faults_at(100'000);

@@ -37,7 +37,8 @@ constexpr int kMaxSges = 4;
 constexpr std::uint32_t kQkey = 0x1111'2222;
 constexpr std::uint64_t kRecvTag = 1ull << 31;
 // WRITE targets: each op in a slot of its own, reused only this many ops later.
-constexpr std::size_t kMaxTargetSlots = 128;
+constexpr std::size_t kMaxTargetSlots = 64;
+constexpr std::uint32_t kLongMessagePackets = 70;   // beyond rxe's AckReq-every-64 policy
 
 const char* name_of(QpType t) {
   switch (t) {
@@ -273,9 +274,9 @@ void Simulation::create_flow(int id, QpType type) {
   f.req = a_requests ? a_.get() : b_.get();
   f.resp = a_requests ? b_.get() : a_.get();
   f.mtu = type == QpType::Ud ? kUdMtu : kMtus[rng_.below(std::size(kMtus))];
-  f.max_message = type == QpType::Ud ? f.mtu : 3 * f.mtu + 17;
-  f.window = rng_.between(1, 12);
-  f.recv_window = type == QpType::Rc ? rng_.between(1, 12) : rng_.between(8, 32);
+  f.max_message = type == QpType::Ud ? f.mtu : f.mtu <= 512 ? kLongMessagePackets * f.mtu : 3 * f.mtu + 17;
+  f.window = rng_.between(1, 24);
+  f.recv_window = type == QpType::Rc ? rng_.between(1, 16) : rng_.between(8, 32);
   f.slot_size = f.max_message + kMaxSges * kSgeGap + 64;
   f.recv_slot_size = kGrhLength + f.slot_size;
   f.target_stride = f.max_message + kSgeGap;
@@ -309,13 +310,14 @@ void Simulation::create_flow(int id, QpType type) {
   f.resp_qpn = *pq;
 
   rocev2::QpAttr req_attr, resp_attr;
-  const auto rd_atomic = static_cast<std::uint8_t>(rng_.between(1, 4));
+  const auto rd_atomic = static_cast<std::uint8_t>(rng_.between(1, 8));
+  const auto ack_timeout = config_.ack_timeout ? *config_.ack_timeout : static_cast<std::uint8_t>(rng_.between(6, 9));
   const auto rnr_timer = static_cast<std::uint8_t>(rng_.between(1, 4));
   for (auto* attr : {&req_attr, &resp_attr}) {
     attr->path_mtu = f.mtu;
-    attr->timeout = config_.ack_timeout;
+    attr->timeout = ack_timeout;
     attr->retry_cnt = config_.retry_cnt;
-    attr->rnr_retry = 7;
+    attr->rnr_retry = config_.rnr_retry;
     attr->min_rnr_timer = rnr_timer;
     attr->max_rd_atomic = rd_atomic;
     attr->max_dest_rd_atomic = rd_atomic;
@@ -435,17 +437,20 @@ WrOpcode Simulation::pick_opcode(QpType type) {
   return WrOpcode::Send;
 }
 
-// Sizes from 0 to a few MTUs, weighted towards the edges where segmentation goes wrong.
+// Sizes from 0 to a few MTUs, weighted towards the edges where segmentation goes wrong,
+// and now and then (on QPs with a small MTU) a message of more than 64 packets, where the
+// requester must ask for an ACK within the message.
 std::uint32_t Simulation::pick_length(std::uint32_t mtu, std::uint32_t max) {
+  const std::uint64_t few = 3ull * mtu + 17;
+  const std::uint64_t r = rng_.below(20);
   std::uint64_t n = 0;
-  switch (rng_.below(10)) {
-    case 0: n = 0; break;
-    case 1: n = rng_.between(1, 64); break;
-    case 2: n = mtu * rng_.between(1, 3); break;                       // exact multiples
-    case 3: n = mtu * rng_.between(1, 3) + rng_.between(0, 2) - 1; break;  // one either side
-    case 4: case 5: n = rng_.between(0, mtu); break;
-    default: n = rng_.between(0, max); break;
-  }
+  if (r == 0) n = 0;
+  else if (r <= 2) n = rng_.between(1, 64);
+  else if (r <= 4) n = mtu * rng_.between(1, 3);                             // exact multiples
+  else if (r <= 6) n = mtu * rng_.between(1, 3) + rng_.between(0, 2) - 1;    // one either side
+  else if (r <= 10) n = rng_.between(0, mtu);
+  else if (r == 11 && max > few) n = rng_.between(few, max);
+  else n = rng_.between(0, few);
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(n, max));
 }
 
@@ -623,9 +628,12 @@ void Simulation::on_send_completion(Flow& f, const Completion& wc) {
       fail(what + ": after retry-exceeded, status " + std::to_string(static_cast<int>(wc.status)) + " instead of flush");
     return;
   }
-  if (wc.status == WcStatus::RetryExcErr && f.type == QpType::Rc && config_.allow_retry_exceeded) {
+  const bool retry_exceeded = wc.status == WcStatus::RetryExcErr && config_.allow_retry_exceeded;
+  const bool rnr_exceeded = wc.status == WcStatus::RnrRetryExcErr && config_.stop_receives_after.has_value();
+  if (f.type == QpType::Rc && (retry_exceeded || rnr_exceeded)) {
     f.failed = true;
     ++report_.rc_qps_failed;
+    if (rnr_exceeded) ++report_.rc_qps_rnr_failed;
     return;
   }
   if (wc.status != WcStatus::Success)
@@ -708,6 +716,7 @@ void Simulation::on_recv_completion(Flow& f, const Completion& wc) {
     return;
   }
   // Put a receive back, sometimes late so that the requester meets RNR NAKs (RC) or drops (UC/UD).
+  if (config_.stop_receives_after && now_ - start_ >= *config_.stop_receives_after) return;
   const std::size_t slot = r.slot;
   const int flow = f.id;
   if (rng_.below(f.type == QpType::Rc ? 4 : 16) == 0) {
@@ -918,7 +927,8 @@ std::string SimReport::summary() const {
   s << "seed " << seed << ": " << (ok() ? "ok" : "FAILED") << ", " << steps << " steps, "
     << std::chrono::duration_cast<std::chrono::microseconds>(simulated).count() << " us simulated, " << frames
     << " frames delivered (" << frames_dropped_bad << " dropped as bad), " << ops_completed << " ops completed, "
-    << retransmits << " retransmits, " << rc_qps_failed << " RC QPs retry-exceeded, UC/UD " << uc_ud_received << "/"
+    << retransmits << " retransmits, " << rc_qps_failed << " RC QPs retry-exceeded (" << rc_qps_rnr_failed
+    << " RNR), UC/UD " << uc_ud_received << "/"
     << uc_ud_sent << " messages arrived";
   for (const auto& f : failures) s << "\n  " << f;
   return s.str();

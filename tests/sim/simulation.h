@@ -41,8 +41,14 @@ struct SimConfig {
   bool allow_retry_exceeded = false;
   // The peer vanishes: both links drop everything from this long after the start.
   std::optional<Duration> cut_after;
-  std::uint8_t ack_timeout = 8;      // 4.096 us * 2^8 ~ 1 ms
+  // Local ACK timeout 4.096 us * 2^t; by default each QP pair draws t in 6..9 (262 us to
+  // 2.1 ms), against link delays of 5 us to 1 ms: spurious retransmissions happen.
+  std::optional<std::uint8_t> ack_timeout;
   std::uint8_t retry_cnt = 7;
+  std::uint8_t rnr_retry = 7;        // 7: forever
+  // The responders stop posting receives this long after the start (a receiver that
+  // stalls): with rnr_retry < 7, RC QPs then end in RNR-retry-exceeded.
+  std::optional<Duration> stop_receives_after;
   Duration time_limit = std::chrono::seconds(20);   // simulated
   std::uint64_t step_limit = 5'000'000;
   Sabotage sabotage = Sabotage::None;
@@ -57,7 +63,8 @@ struct SimReport {
   std::uint64_t frames_dropped_bad = 0;   // failed frame / ICRC checks at a receiver
   std::uint64_t ops_completed = 0;
   std::uint64_t retransmits = 0;
-  std::uint64_t rc_qps_failed = 0;        // ended in retry-exceeded (checked error path)
+  std::uint64_t rc_qps_failed = 0;        // ended in (RNR) retry-exceeded (checked error path)
+  std::uint64_t rc_qps_rnr_failed = 0;    // of which RNR retry-exceeded
   std::uint64_t uc_ud_received = 0;
   std::uint64_t uc_ud_sent = 0;
   bool ok() const { return failures.empty(); }
