@@ -227,6 +227,9 @@ void Daemon::create_tap() {
     }
     throw;
   }
+  // The kernel side is only a bridge port: no address of any family (done while the
+  // link is down, before IPv6 autoconfiguration can add a link-local address).
+  if (!LinkControl::disable_ipv6(config_.name)) log_line("IPv6 not disabled on " + config_.name);
   LinkChange change = LinkChange::up();
   change.mtu = config_.mtu;
   change.mac = config_.tap_mac;

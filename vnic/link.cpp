@@ -2,6 +2,8 @@
 
 #include <linux/if.h>
 
+#include <fstream>
+
 #include <netlink/errno.h>
 #include <netlink/netlink.h>
 #include <netlink/route/link.h>
@@ -109,6 +111,13 @@ void LinkControl::change(const std::string& name, const LinkChange& change) {
   if (change.master) rtnl_link_set_master(wanted.get(), *change.master);
   if (change.set_up) rtnl_link_set_flags(wanted.get(), IFF_UP);
   check(rtnl_link_change(socket_.get(), current.get(), wanted.get(), 0), "configure link " + name);
+}
+
+bool LinkControl::disable_ipv6(const std::string& name) {
+  std::ofstream knob("/proc/sys/net/ipv6/conf/" + name + "/disable_ipv6");
+  knob << "1\n";
+  knob.flush();
+  return static_cast<bool>(knob);
 }
 
 }  // namespace rrdma::vnic

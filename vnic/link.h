@@ -66,6 +66,10 @@ class LinkControl {
   void create_bridge(const std::string& name);
   void remove(const std::string& name);
   void change(const std::string& name, const LinkChange& change);
+  // Keeps the kernel from giving the link any IPv6 address (link-local included) and
+  // from sending router solicitations or MLD reports through it: writes
+  // /proc/sys/net/ipv6/conf/NAME/disable_ipv6. False when the kernel has no IPv6.
+  static bool disable_ipv6(const std::string& name);
 
  private:
   struct SocketDeleter {
