@@ -143,6 +143,7 @@ struct Flow {
   std::vector<std::uint32_t> deliveries;          // UC/UD: times each expected receive arrived
   std::uint64_t repeated = 0;                     // UC/UD: deliveries beyond the first
   std::uint64_t frames_duplicated = 0;            // by the link, towards the responder QP
+  std::optional<std::size_t> twin;                // the flow the other way over the same QPs
 };
 
 std::string hex_diff(std::span<const std::uint8_t> got, std::span<const std::uint8_t> want) {
@@ -165,7 +166,8 @@ class Simulation {
  private:
   // set-up
   void create_flows();
-  void create_flow(int id, QpType type);
+  Flow lay_out_flow(int id, QpType type, Node* req, Node* resp, std::uint32_t mtu);
+  void create_flow(int& id, QpType type);
   void bring_up(Node& node, Qpn qpn, QpType type, const rocev2::QpAttr& attr);
   void post_recv(Flow& f, std::size_t slot);
   void post_idle_recvs(Flow& f);
@@ -255,9 +257,10 @@ void Simulation::fail(const std::string& what) {
 
 void Simulation::create_flows() {
   int id = 0;
-  for (int i = 0; i < config_.rc_pairs; ++i) create_flow(id++, QpType::Rc);
-  for (int i = 0; i < config_.uc_pairs; ++i) create_flow(id++, QpType::Uc);
-  for (int i = 0; i < config_.ud_pairs; ++i) create_flow(id++, QpType::Ud);
+  for (int i = 0; i < config_.rc_pairs; ++i) create_flow(id, QpType::Rc);
+  for (int i = 0; i < config_.uc_pairs; ++i) create_flow(id, QpType::Uc);
+  for (int i = 0; i < config_.ud_pairs; ++i) create_flow(id, QpType::Ud);
+  for (const auto& f : flows_) report_.rc_flows += f.type == QpType::Rc ? 1 : 0;
 }
 
 rocev2::Psn random_psn(Rng& rng) {
@@ -266,14 +269,15 @@ rocev2::Psn random_psn(Rng& rng) {
   return rocev2::Psn(static_cast<std::uint32_t>(rng.below(1u << 24)));
 }
 
-void Simulation::create_flow(int id, QpType type) {
+// The buffers of one direction of traffic: gather and scatter buffers on the requester,
+// receive buffers, WRITE targets, READ sources and atomic words on the responder.
+Flow Simulation::lay_out_flow(int id, QpType type, Node* req, Node* resp, std::uint32_t mtu) {
   Flow f;
   f.id = id;
   f.type = type;
-  const bool a_requests = rng_.below(2) == 0;
-  f.req = a_requests ? a_.get() : b_.get();
-  f.resp = a_requests ? b_.get() : a_.get();
-  f.mtu = type == QpType::Ud ? kUdMtu : kMtus[rng_.below(std::size(kMtus))];
+  f.req = req;
+  f.resp = resp;
+  f.mtu = mtu;
   f.max_message = type == QpType::Ud ? f.mtu : f.mtu <= 512 ? kLongMessagePackets * f.mtu : 3 * f.mtu + 17;
   f.window = rng_.between(1, 24);
   f.recv_window = type == QpType::Rc ? rng_.between(1, 16) : rng_.between(8, 32);
@@ -295,6 +299,15 @@ void Simulation::create_flow(int id, QpType type) {
   rng_.fill(pm.bytes(f.readable));
   rng_.fill(pm.bytes(f.atomics));
   for (std::size_t w = 0; w < kAtomicWords; ++w) f.atomic_model.push_back(pm.load_word(f.atomics, f.atomics.base + 8 * w));
+  return f;
+}
+
+void Simulation::create_flow(int& id, QpType type) {
+  const bool a_requests = rng_.below(2) == 0;
+  Node* req = a_requests ? a_.get() : b_.get();
+  Node* resp = a_requests ? b_.get() : a_.get();
+  const std::uint32_t mtu = type == QpType::Ud ? kUdMtu : kMtus[rng_.below(std::size(kMtus))];
+  Flow f = lay_out_flow(id++, type, req, resp, mtu);
 
   rocev2::QpInit init;
   init.type = type;
@@ -303,7 +316,6 @@ void Simulation::create_flow(int id, QpType type) {
   auto pq = f.resp->engine().create_qp(init);
   if (!rq || !pq) {
     fail("create_qp refused");
-    flows_.push_back(std::move(f));
     return;
   }
   f.req_qpn = *rq;
@@ -336,10 +348,24 @@ void Simulation::create_flow(int id, QpType type) {
   bring_up(*f.req, f.req_qpn, type, req_attr);
   bring_up(*f.resp, f.resp_qpn, type, resp_attr);
 
+  // Half the connected pairs carry traffic both ways, as rc_pingpong does: each QP is then
+  // requester and responder at once, its ACKs and requests interleaved.
+  const bool both_ways = type != QpType::Ud && config_.both_ways && rng_.below(2) == 0;
   flows_.push_back(std::move(f));
-  Flow& placed = flows_.back();
-  for (std::size_t slot = 0; slot < placed.recv_window; ++slot) post_recv(placed, slot);
-  if (type == QpType::Rc) post_idle_recvs(placed);
+  const std::size_t first = flows_.size() - 1;
+  if (both_ways) {
+    Flow back = lay_out_flow(id++, type, resp, req, mtu);
+    back.req_qpn = flows_[first].resp_qpn;
+    back.resp_qpn = flows_[first].req_qpn;
+    back.twin = first;
+    flows_[first].twin = flows_.size();
+    flows_.push_back(std::move(back));
+  }
+  for (std::size_t i = first; i < flows_.size(); ++i) {
+    Flow& placed = flows_[i];
+    for (std::size_t slot = 0; slot < placed.recv_window; ++slot) post_recv(placed, slot);
+    if (type == QpType::Rc && !placed.twin) post_idle_recvs(placed);
+  }
 }
 
 void Simulation::bring_up(Node& node, Qpn qpn, QpType type, const rocev2::QpAttr& attr) {
@@ -584,10 +610,15 @@ void Simulation::pump() {
 // ---------------------------------------------------------------- checks
 
 void Simulation::on_completion(Node& node, const Completion& wc) {
-  for (auto& f : flows_) {
-    if (f.req == &node && f.req_qpn == wc.qpn) {
-      if (wc.send_queue) return on_send_completion(f, wc);
-      // Only the idle receives live on the requester's RQ.
+  if (wc.send_queue) {
+    for (auto& f : flows_)
+      if (f.req == &node && f.req_qpn == wc.qpn) return on_send_completion(f, wc);
+  } else {
+    for (auto& f : flows_)
+      if (f.resp == &node && f.resp_qpn == wc.qpn) return on_recv_completion(f, wc);
+    // Only the idle receives live on the RQ of a requester with no traffic towards it.
+    for (auto& f : flows_) {
+      if (f.req != &node || f.req_qpn != wc.qpn) continue;
       if (std::find(f.idle_recvs.begin(), f.idle_recvs.end(), wc.wr_id) == f.idle_recvs.end())
         return fail("flow " + std::to_string(f.id) + ": unknown receive completion on the requester");
       if (wc.status != WcStatus::WrFlushErr)
@@ -595,12 +626,9 @@ void Simulation::on_completion(Node& node, const Completion& wc) {
       ++f.idle_flushed;   // final_checks() demands the QP be in error then
       return;
     }
-    if (f.resp == &node && f.resp_qpn == wc.qpn) {
-      if (!wc.send_queue) return on_recv_completion(f, wc);
-      return fail("flow " + std::to_string(f.id) + ": send completion on the responder's QP");
-    }
   }
-  fail("completion for unknown QP " + std::to_string(wc.qpn.value()) + " on node " + node.name());
+  fail("completion for unknown QP " + std::to_string(wc.qpn.value()) + " on node " + node.name() +
+       (wc.send_queue ? " (send queue)" : " (receive queue)"));
 }
 
 void Simulation::on_send_completion(Flow& f, const Completion& wc) {
@@ -700,6 +728,9 @@ void Simulation::on_recv_completion(Flow& f, const Completion& wc) {
     return fail(where + ": receive completed out of order or twice");
   PostedRecv r = std::move(f.posted_recvs.front());
   f.posted_recvs.pop_front();
+  // A QP carrying traffic both ways dies as a whole: when its own requester fails, the
+  // receives for the other direction are flushed.
+  if (wc.status == WcStatus::WrFlushErr && f.twin && flows_[*f.twin].failed) return;
   if (wc.status != WcStatus::Success)
     return fail(where + ": receive status " + std::to_string(static_cast<int>(wc.status)));
   const auto content = gather(f.resp->memory(), f.recv, r.sges, wc.byte_len);

@@ -36,6 +36,8 @@ struct SimConfig {
   int uc_pairs = 1;
   int ud_pairs = 1;
   int ops_per_pair = 40;
+  // Half the RC and UC pairs carry traffic both ways over the same two QPs.
+  bool both_ways = true;
   // RC QPs may end in retry-exceeded (very lossy links: 8 timeouts in a row do happen);
   // the error path is then checked instead of the success path.
   bool allow_retry_exceeded = false;
@@ -63,6 +65,7 @@ struct SimReport {
   std::uint64_t frames_dropped_bad = 0;   // failed frame / ICRC checks at a receiver
   std::uint64_t ops_completed = 0;
   std::uint64_t retransmits = 0;
+  std::uint64_t rc_flows = 0;             // one per direction of traffic over an RC QP pair
   std::uint64_t rc_qps_failed = 0;        // ended in (RNR) retry-exceeded (checked error path)
   std::uint64_t rc_qps_rnr_failed = 0;    // of which RNR retry-exceeded
   std::uint64_t uc_ud_received = 0;
