@@ -67,11 +67,11 @@ EmitError emit_frame_headers(const RoceHeaders& h, const TransportPacket& p, std
   return EmitError::none;
 }
 
-void seal_frame(MutableByteSpan frame) {
-  assert(frame.size() >= kBthAt + kBthLength + kIcrcLength);
-  const std::uint8_t pad = BthView::check(frame.subspan(kBthAt))->pad_count();
+bool seal_frame(MutableByteSpan frame) {
+  const auto bth = BthView::check(ByteSpan(frame).subspan(std::min(kBthAt, frame.size())));
+  if (!bth || frame.size() < kBthAt + kBthLength + bth->pad_count() + kIcrcLength) return false;
   const std::size_t icrc_at = frame.size() - kIcrcLength;
-  std::fill(frame.begin() + static_cast<std::ptrdiff_t>(icrc_at - pad),
+  std::fill(frame.begin() + static_cast<std::ptrdiff_t>(icrc_at - bth->pad_count()),
             frame.begin() + static_cast<std::ptrdiff_t>(icrc_at), std::uint8_t{0});
   const ByteSpan f(frame);
   const auto icrc = compute_icrc(f.subspan(kIpv4At, stack::Ipv4Header::length()),
@@ -79,6 +79,7 @@ void seal_frame(MutableByteSpan frame) {
                                  f.subspan(kBthAt, icrc_at - kBthAt));
   const auto bytes = icrc_bytes(*icrc);
   std::copy(bytes.begin(), bytes.end(), frame.begin() + static_cast<std::ptrdiff_t>(icrc_at));
+  return true;
 }
 
 EmitError build_frame(const RoceHeaders& h, const TransportPacket& p, MutableByteSpan out) {

@@ -100,8 +100,10 @@ EmitError build_frame(const RoceHeaders& h, const TransportPacket& p, MutableByt
 // then seal_frame() the frame_length(p, payload_length) bytes.
 EmitError emit_frame_headers(const RoceHeaders& h, const TransportPacket& p, std::size_t payload_length,
                              MutableByteSpan out);
-// Zeroes the pad and writes the ICRC of a frame laid out by emit_frame_headers.
-void seal_frame(MutableByteSpan frame);
+// Zeroes the pad and writes the ICRC of a frame laid out by emit_frame_headers (IPv4
+// header of 20 bytes, the frame ending with the ICRC). False, and nothing written, if the
+// frame is too short for the headers, the pad its BTH announces and the ICRC.
+bool seal_frame(MutableByteSpan frame);
 
 // Why a frame is not an acceptable RoCE v2 packet, in the order the checks run.
 enum class FrameError : std::uint8_t {

@@ -3,6 +3,7 @@
 #include <isa-l/crc.h>
 
 #include <algorithm>
+#include <cassert>
 
 namespace rrdma::rocev2 {
 
@@ -91,6 +92,7 @@ std::array<std::uint8_t, kIcrcLength> icrc_bytes(std::uint32_t icrc) {
 }
 
 std::uint32_t load_icrc(ByteSpan b) {
+  assert(b.size() >= kIcrcLength);
   return std::uint32_t{b[0]} | (std::uint32_t{b[1]} << 8) | (std::uint32_t{b[2]} << 16) |
          (std::uint32_t{b[3]} << 24);
 }

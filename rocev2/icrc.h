@@ -45,7 +45,8 @@ class IcrcCalculator {
 // The ICRC over `transport` (BTH, extension headers, payload, pad; without the ICRC).
 std::optional<std::uint32_t> compute_icrc(ByteSpan ipv4_header, ByteSpan udp_header, ByteSpan transport);
 
-// The 4 bytes the ICRC occupies on the wire (little-endian), and back.
+// The 4 bytes the ICRC occupies on the wire (little-endian), and back (`four_bytes` must
+// hold at least 4).
 std::array<std::uint8_t, kIcrcLength> icrc_bytes(std::uint32_t icrc);
 std::uint32_t load_icrc(ByteSpan four_bytes);
 

@@ -151,9 +151,26 @@ TEST_CASE("Gathered payload: emit_frame_headers + copy + seal_frame equals build
     Bytes gathered(frame_length(headers_only, len), 0xEE);  // junk where the pad goes
     REQUIRE(emit_frame_headers(test_headers(), headers_only, len, gathered) == EmitError::none);
     std::copy(payload.begin(), payload.end(), gathered.begin() + static_cast<std::ptrdiff_t>(frame_payload_offset(p)));
-    seal_frame(gathered);
+    REQUIRE(seal_frame(gathered));
     CHECK(gathered == whole);
   }
+}
+
+TEST_CASE("seal_frame refuses frames too short for headers, pad and ICRC", "[encap][hostile]") {
+  TransportPacket p;
+  p.bth.opcode = Opcode::RcSendOnly;
+  const Bytes payload(5, 9);
+  p.payload = payload;
+  Bytes f(frame_length(p));
+  REQUIRE(build_frame(test_headers(), p, f) == EmitError::none);  // PadCnt 3
+  const Bytes original = f;
+  for (std::size_t n = 0; n < 14 + 20 + 8 + 12 + 3 + 4; ++n) {
+    Bytes cut(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(n));
+    CHECK_FALSE(seal_frame(cut));
+    CHECK(std::equal(cut.begin(), cut.end(), original.begin()));
+  }
+  CHECK(seal_frame(f));
+  CHECK(f == original);
 }
 
 TEST_CASE("build_frame refuses what it cannot send", "[encap]") {
@@ -199,7 +216,7 @@ TEST_CASE("Hostile: a lying pad count with a valid ICRC is refused", "[encap][ho
   Bytes f(frame_length(ack));
   REQUIRE(build_frame(test_headers(), ack, f) == EmitError::none);
   f[14 + 20 + 8 + 1] |= 0x30;  // PadCnt 3 with no payload
-  seal_frame(f);               // a sender that lies consistently
+  REQUIRE(seal_frame(f));      // a sender that lies consistently
   RoceFrame r;
   const RoceFrameCheck c = parse_frame(f, r);
   CHECK(c.error == FrameError::bad_transport);
