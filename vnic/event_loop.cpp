@@ -102,7 +102,7 @@ EventLoop::EventLoop(const EventLoopConfig& config) : config_(config) {
   if (rc < 0) throw std::system_error(-rc, std::generic_category(), "register transmit buffers");
   for (std::uint32_t slot = config_.tx_slots; slot-- > 0;) free_tx_slots_.push_back(slot);
 
-  multishot_read_ = kernel_supports(ring_, kOpReadMultishot);
+  multishot_read_ = config_.multishot_read && kernel_supports(ring_, kOpReadMultishot);
   counters_.multishot_read = multishot_read_ ? 1 : 0;
 }
 

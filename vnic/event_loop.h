@@ -33,6 +33,7 @@ struct EventLoopConfig {
   unsigned rx_buffers = 128;         // provided-buffer ring entries (a power of two)
   std::size_t frame_buffer_size = 2048;  // bytes per receive buffer and per transmit slot
   unsigned tx_slots = 256;           // the bounded transmit queue
+  bool multishot_read = true;        // false forces the single-read fallback (tests)
 };
 
 // The loop's own counters, reported as the "daemon" layer of `rrdma-vnic stats`.

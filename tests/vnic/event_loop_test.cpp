@@ -56,7 +56,10 @@ TEST_CASE("frames written to the device reach the handler whole and in order", "
   FramePair pair;
   EventLoopConfig config;
   config.rx_buffers = 2;  // fewer buffers than frames: the read must survive running dry
+  SECTION("multishot read, where the kernel has it") { config.multishot_read = true; }
+  SECTION("single-shot reads, the fallback") { config.multishot_read = false; }
   EventLoop loop(config);
+  if (!config.multishot_read) CHECK(loop.counters().multishot_read == 0);
   const std::vector<Frame> sent{numbered_frame(1, 60), numbered_frame(2, 1514), numbered_frame(3, 42),
                                 numbered_frame(4, 100), numbered_frame(5, 64)};
   for (const auto& frame : sent) pair.send(frame);
