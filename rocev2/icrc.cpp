@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "rocev2/wire.h"
+
 namespace rrdma::rocev2 {
 
 namespace {
@@ -14,7 +16,7 @@ constexpr std::size_t kIpv4TosAt = 1;
 constexpr std::size_t kIpv4TtlAt = 8;
 constexpr std::size_t kIpv4ChecksumAt = 10;
 constexpr std::size_t kUdpChecksumAt = 6;
-constexpr std::size_t kBthEcnAt = 4;
+constexpr std::size_t kBthEcnAt = BthView::kEcnAt;
 constexpr std::size_t kMaskedLrhLength = 8;
 
 constexpr std::size_t kMaxPrefix =

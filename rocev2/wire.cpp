@@ -69,35 +69,35 @@ Ieth parse(const IethView& v) { return {v.rkey()}; }
 Feth parse(const FethView& v) { return {v.bits()}; }
 
 void emit(const Bth& h, MutableByteSpan out) {
-  out[0] = static_cast<std::uint8_t>(h.opcode);
-  out[1] = static_cast<std::uint8_t>(bit(h.solicited, 7) | bit(h.mig_req, 6) | ((h.pad_count & 0x3) << 4) |
-                                     (h.transport_version & 0x0F));
-  store_be16(out, 2, h.pkey.value());
-  out[4] = static_cast<std::uint8_t>(bit(h.fecn, 7) | bit(h.becn, 6));
-  store_be24(out, 5, h.dest_qp.value());
-  out[8] = bit(h.ack_req, 7);
-  store_be24(out, 9, h.psn.value());
+  out[BthView::kOpcodeAt] = static_cast<std::uint8_t>(h.opcode);
+  out[BthView::kFlagsAt] = static_cast<std::uint8_t>(bit(h.solicited, 7) | bit(h.mig_req, 6) |
+                                                     ((h.pad_count & 0x3) << 4) | (h.transport_version & 0x0F));
+  store_be16(out, BthView::kPkeyAt, h.pkey.value());
+  out[BthView::kEcnAt] = static_cast<std::uint8_t>(bit(h.fecn, 7) | bit(h.becn, 6));
+  store_be24(out, BthView::kDestQpAt, h.dest_qp.value());
+  out[BthView::kAckReqAt] = bit(h.ack_req, 7);
+  store_be24(out, BthView::kPsnAt, h.psn.value());
 }
 void emit(const Reth& h, MutableByteSpan out) {
-  store_be64(out, 0, h.virtual_address);
-  store_be32(out, 8, h.rkey.value());
-  store_be32(out, 12, h.dma_length);
+  store_be64(out, RethView::kVirtualAddressAt, h.virtual_address);
+  store_be32(out, RethView::kRkeyAt, h.rkey.value());
+  store_be32(out, RethView::kDmaLengthAt, h.dma_length);
 }
 void emit(const Aeth& h, MutableByteSpan out) {
-  out[0] = h.syndrome;
-  store_be24(out, 1, h.msn.value());
+  out[AethView::kSyndromeAt] = h.syndrome;
+  store_be24(out, AethView::kMsnAt, h.msn.value());
 }
 void emit(const AtomicEth& h, MutableByteSpan out) {
-  store_be64(out, 0, h.virtual_address);
-  store_be32(out, 8, h.rkey.value());
-  store_be64(out, 12, h.swap_add);
-  store_be64(out, 20, h.compare);
+  store_be64(out, AtomicEthView::kVirtualAddressAt, h.virtual_address);
+  store_be32(out, AtomicEthView::kRkeyAt, h.rkey.value());
+  store_be64(out, AtomicEthView::kSwapAddAt, h.swap_add);
+  store_be64(out, AtomicEthView::kCompareAt, h.compare);
 }
-void emit(const AtomicAckEth& h, MutableByteSpan out) { store_be64(out, 0, h.original_data); }
+void emit(const AtomicAckEth& h, MutableByteSpan out) { store_be64(out, AtomicAckEthView::kOriginalDataAt, h.original_data); }
 void emit(const Deth& h, MutableByteSpan out) {
-  store_be32(out, 0, h.qkey.value());
-  out[4] = 0;
-  store_be24(out, 5, h.src_qp.value());
+  store_be32(out, DethView::kQkeyAt, h.qkey.value());
+  out[DethView::kReservedAt] = 0;
+  store_be24(out, DethView::kSrcQpAt, h.src_qp.value());
 }
 void emit(const ImmDt& h, MutableByteSpan out) { store_be32(out, 0, h.value); }
 void emit(const Ieth& h, MutableByteSpan out) { store_be32(out, 0, h.rkey.value()); }

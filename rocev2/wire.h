@@ -23,6 +23,15 @@ namespace rrdma::rocev2 {
 class BthView {
  public:
   static constexpr std::size_t kLength = kBthLength;
+  // Field offsets (IBA 9.2).
+  static constexpr std::size_t kOpcodeAt = 0;
+  static constexpr std::size_t kFlagsAt = 1;  // SE, M, PadCnt, TVer
+  static constexpr std::size_t kPkeyAt = 2;
+  // FECN, BECN and 6 reserved bits: the ICRC masks this byte (IBA A17.3.3).
+  static constexpr std::size_t kEcnAt = 4;
+  static constexpr std::size_t kDestQpAt = 5;
+  static constexpr std::size_t kAckReqAt = 8;  // A, then 7 reserved bits
+  static constexpr std::size_t kPsnAt = 9;
   // nullopt if `bytes` is too short; the view covers exactly kLength bytes.
   static std::optional<BthView> check(ByteSpan bytes);
 
@@ -39,17 +48,7 @@ class BthView {
   Psn psn() const { return Psn{load_be24(b_, kPsnAt)}; }
   ByteSpan bytes() const { return b_; }
 
-  // Byte 4 holds FECN, BECN and 6 reserved bits: the ICRC masks it (IBA A17.3.3).
-  static constexpr std::size_t kEcnAt = 4;
-
  private:
-  static constexpr std::size_t kOpcodeAt = 0;
-  static constexpr std::size_t kFlagsAt = 1;  // SE, M, PadCnt, TVer
-  static constexpr std::size_t kPkeyAt = 2;
-  static constexpr std::size_t kDestQpAt = 5;  // byte 4 is FECN/BECN/reserved
-  static constexpr std::size_t kAckReqAt = 8;  // A, then 7 reserved bits
-  static constexpr std::size_t kPsnAt = 9;
-
   explicit BthView(ByteSpan b) : b_(b) {}
   ByteSpan b_;
 };
@@ -58,10 +57,14 @@ class BthView {
 class RethView {
  public:
   static constexpr std::size_t kLength = kRethLength;
+  // Field offsets (IBA 9.3).
+  static constexpr std::size_t kVirtualAddressAt = 0;
+  static constexpr std::size_t kRkeyAt = 8;
+  static constexpr std::size_t kDmaLengthAt = 12;
   static std::optional<RethView> check(ByteSpan bytes);
-  std::uint64_t virtual_address() const { return load_be64(b_, 0); }
-  Rkey rkey() const { return Rkey{load_be32(b_, 8)}; }
-  std::uint32_t dma_length() const { return load_be32(b_, 12); }
+  std::uint64_t virtual_address() const { return load_be64(b_, kVirtualAddressAt); }
+  Rkey rkey() const { return Rkey{load_be32(b_, kRkeyAt)}; }
+  std::uint32_t dma_length() const { return load_be32(b_, kDmaLengthAt); }
   ByteSpan bytes() const { return b_; }
 
  private:
@@ -73,9 +76,12 @@ class RethView {
 class AethView {
  public:
   static constexpr std::size_t kLength = kAethLength;
+  // Field offsets (IBA 9.3).
+  static constexpr std::size_t kSyndromeAt = 0;
+  static constexpr std::size_t kMsnAt = 1;
   static std::optional<AethView> check(ByteSpan bytes);
-  std::uint8_t syndrome() const { return b_[0]; }
-  Msn msn() const { return Msn{load_be24(b_, 1)}; }
+  std::uint8_t syndrome() const { return b_[kSyndromeAt]; }
+  Msn msn() const { return Msn{load_be24(b_, kMsnAt)}; }
   ByteSpan bytes() const { return b_; }
 
  private:
@@ -87,11 +93,16 @@ class AethView {
 class AtomicEthView {
  public:
   static constexpr std::size_t kLength = kAtomicEthLength;
+  // Field offsets (IBA 9.3).
+  static constexpr std::size_t kVirtualAddressAt = 0;
+  static constexpr std::size_t kRkeyAt = 8;
+  static constexpr std::size_t kSwapAddAt = 12;
+  static constexpr std::size_t kCompareAt = 20;
   static std::optional<AtomicEthView> check(ByteSpan bytes);
-  std::uint64_t virtual_address() const { return load_be64(b_, 0); }
-  Rkey rkey() const { return Rkey{load_be32(b_, 8)}; }
-  std::uint64_t swap_add() const { return load_be64(b_, 12); }
-  std::uint64_t compare() const { return load_be64(b_, 20); }
+  std::uint64_t virtual_address() const { return load_be64(b_, kVirtualAddressAt); }
+  Rkey rkey() const { return Rkey{load_be32(b_, kRkeyAt)}; }
+  std::uint64_t swap_add() const { return load_be64(b_, kSwapAddAt); }
+  std::uint64_t compare() const { return load_be64(b_, kCompareAt); }
   ByteSpan bytes() const { return b_; }
 
  private:
@@ -103,8 +114,10 @@ class AtomicEthView {
 class AtomicAckEthView {
  public:
   static constexpr std::size_t kLength = kAtomicAckEthLength;
+  // Field offsets (IBA 9.3).
+  static constexpr std::size_t kOriginalDataAt = 0;
   static std::optional<AtomicAckEthView> check(ByteSpan bytes);
-  std::uint64_t original_data() const { return load_be64(b_, 0); }
+  std::uint64_t original_data() const { return load_be64(b_, kOriginalDataAt); }
   ByteSpan bytes() const { return b_; }
 
  private:
@@ -116,9 +129,13 @@ class AtomicAckEthView {
 class DethView {
  public:
   static constexpr std::size_t kLength = kDethLength;
+  // Field offsets (IBA 9.3).
+  static constexpr std::size_t kQkeyAt = 0;
+  static constexpr std::size_t kReservedAt = 4;
+  static constexpr std::size_t kSrcQpAt = 5;
   static std::optional<DethView> check(ByteSpan bytes);
-  Qkey qkey() const { return Qkey{load_be32(b_, 0)}; }
-  Qpn src_qp() const { return Qpn{load_be24(b_, 5)}; }
+  Qkey qkey() const { return Qkey{load_be32(b_, kQkeyAt)}; }
+  Qpn src_qp() const { return Qpn{load_be24(b_, kSrcQpAt)}; }
   ByteSpan bytes() const { return b_; }
 
  private:
