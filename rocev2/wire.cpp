@@ -1,6 +1,7 @@
 #include "rocev2/wire.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace rrdma::rocev2 {
 
@@ -264,6 +265,53 @@ EmitError emit_transport(const TransportPacket& p, MutableByteSpan out) {
   std::copy(p.payload.begin(), p.payload.end(), body.begin());
   std::fill(body.begin() + static_cast<std::ptrdiff_t>(p.payload.size()), body.end(), std::uint8_t{0});
   return EmitError::none;
+}
+
+namespace {
+
+// printf-style appending: <format> is not in g++ 12's library.
+template <typename... Args>
+void append(std::string& out, const char* format, Args... args) {
+  char buf[96];
+  const int n = std::snprintf(buf, sizeof buf, format, args...);
+  if (n > 0) out.append(buf, std::min(static_cast<std::size_t>(n), sizeof buf - 1));
+}
+
+void describe_bth(std::string& out, const Bth& b) {
+  out.append(opcode_info(b.opcode).name);
+  if (!is_valid(b.opcode)) append(out, "(0x%02x)", static_cast<unsigned>(b.opcode));
+  append(out, " qp 0x%06x psn %u", b.dest_qp.value(), b.psn.value());
+  if (b.ack_req) out.append(" A");
+  if (b.solicited) out.append(" SE");
+  if (b.mig_req) out.append(" M");
+  if (b.fecn) out.append(" FECN");
+  if (b.becn) out.append(" BECN");
+  if (b.pad_count != 0) append(out, " pad %u", unsigned{b.pad_count});
+  if (b.pkey != kDefaultPkey) append(out, " pkey 0x%04x", unsigned{b.pkey.value()});
+}
+
+}  // namespace
+
+std::string describe(const TransportPacket& p) {
+  std::string out;
+  describe_bth(out, p.bth);
+  if (p.deth) append(out, " deth{qkey 0x%x src_qp 0x%06x}", p.deth->qkey.value(), p.deth->src_qp.value());
+  if (p.feth) append(out, " feth{0x%08x}", p.feth->bits);
+  if (p.reth)
+    append(out, " reth{va 0x%llx rkey 0x%x len %u}", static_cast<unsigned long long>(p.reth->virtual_address),
+           p.reth->rkey.value(), p.reth->dma_length);
+  if (p.atomic_eth)
+    append(out, " atomic{va 0x%llx rkey 0x%x swap_add %llu compare %llu}",
+           static_cast<unsigned long long>(p.atomic_eth->virtual_address), p.atomic_eth->rkey.value(),
+           static_cast<unsigned long long>(p.atomic_eth->swap_add),
+           static_cast<unsigned long long>(p.atomic_eth->compare));
+  if (p.aeth) append(out, " aeth{syndrome 0x%02x msn %u}", unsigned{p.aeth->syndrome}, p.aeth->msn.value());
+  if (p.atomic_ack_eth)
+    append(out, " atomic_ack{orig %llu}", static_cast<unsigned long long>(p.atomic_ack_eth->original_data));
+  if (p.imm) append(out, " imm 0x%08x", p.imm->value);
+  if (p.ieth) append(out, " ieth{rkey 0x%x}", p.ieth->rkey.value());
+  if (!p.payload.empty()) append(out, " payload %zu", p.payload.size());
+  return out;
 }
 
 }  // namespace rrdma::rocev2

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "rocev2/headers.h"
@@ -254,5 +255,10 @@ EmitError emit_transport_headers(const TransportPacket& p, MutableByteSpan out);
 EmitError emit_transport_headers(const TransportPacket& p, std::size_t payload_length, MutableByteSpan out);
 // Headers, payload and zero pad (transport_length(p) - kIcrcLength bytes); no ICRC.
 EmitError emit_transport(const TransportPacket& p, MutableByteSpan out);
+
+// One line for a trace: the opcode's name, the BTH fields, each extension header present,
+// the payload length. E.g. "RC RDMA_WRITE_FIRST qp 0x000011 psn 16161330
+// reth{va 0x55fb890d8710 rkey 0x2ff len 10000} payload 1024".
+std::string describe(const TransportPacket& p);
 
 }  // namespace rrdma::rocev2

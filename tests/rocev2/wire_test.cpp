@@ -350,6 +350,21 @@ TEST_CASE("Golden: field values agree with Wireshark's decoding", "[wire][golden
   }
 }
 
+TEST_CASE("describe: one trace line per packet, fields as Wireshark decodes them", "[wire]") {
+  CHECK(describe(parsed("rxe_write_bw.pcapng", 1)) ==
+        "RC RDMA_WRITE_FIRST qp 0x000011 psn 16161330 reth{va 0x55fb890d8710 rkey 0x2ff len 10000} payload 1024");
+  CHECK(describe(parsed("rxe_write_loss.pcapng", 57)) == "RC ACKNOWLEDGE qp 0x000011 psn 9668715 aeth{syndrome 0x60 msn 0}");
+  CHECK(describe(parsed("rxe_atomic_bw.pcapng", 1)) ==
+        "RC FETCH_ADD qp 0x000011 psn 9495270 A atomic{va 0x56452be40000 rkey 0x244 swap_add 1 compare 0}");
+  CHECK(describe(parsed("rxe_ud_pingpong.pcapng", 1)) ==
+        "UD SEND_ONLY qp 0x000011 psn 2114054 deth{qkey 0x11111111 src_qp 0x000011} payload 512");
+  TransportPacket odd;
+  odd.bth.opcode = static_cast<Opcode>(0xC0);
+  odd.bth.becn = true;
+  odd.bth.pad_count = 2;
+  CHECK(describe(odd) == "UNKNOWN(0xc0) qp 0x000000 psn 0 BECN pad 2");
+}
+
 TEST_CASE("Hostile: every truncation of every rxe packet", "[wire][hostile]") {
   for (const test::RxeFrame& f : test::all_rxe_frames()) {
     const test::Layers l = test::split_layers(f.bytes);
