@@ -168,7 +168,11 @@ std::optional<nlohmann::json> ControlClient::request(const nlohmann::json& messa
     error = "no reply within " + std::to_string(timeout.count()) + " ms";
     return std::nullopt;
   }
-  std::vector<char> buffer(kMaxControlMessage);
+  // Replies are not bounded like requests (a status lists every neighbour): peek at
+  // the message's length first so that it is never truncated.
+  char probe = 0;
+  const ssize_t length = ::recv(fd_, &probe, 1, MSG_PEEK | MSG_TRUNC);
+  std::vector<char> buffer(static_cast<std::size_t>(std::max<ssize_t>(length, 1)));
   const ssize_t received = ::recv(fd_, buffer.data(), buffer.size(), 0);
   if (received <= 0) {
     error = received == 0 ? "the daemon closed the connection" : std::strerror(errno);

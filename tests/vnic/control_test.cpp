@@ -48,6 +48,7 @@ TEST_CASE("control server and client over a real socket, served by the event loo
   const auto path = dir.path() / "rv0.sock";
   EventLoop loop(EventLoopConfig{});
   ControlServer server(path, loop, [&](const json& request, const PeerCredentials& peer) -> json {
+    if (request["cmd"] == "big") return {{"blob", std::string(100000, 'x')}};
     if (request["cmd"] == "down") {
       loop.stop();
       return {{"ok", true}};
@@ -58,13 +59,14 @@ TEST_CASE("control server and client over a real socket, served by the event loo
         (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
          std::filesystem::perms::group_read | std::filesystem::perms::group_write));
 
-  json status_reply, bad_reply, down_reply;
+  json status_reply, bad_reply, big_reply, down_reply;
   std::string error;
   std::thread client_thread([&] {
     auto client = ControlClient::connect(path, error);
     if (!client) return;
     status_reply = client->request({{"cmd", "status"}}, std::chrono::seconds(30), error).value_or(json());
     bad_reply = client->request({{"cmd", "boom"}}, std::chrono::seconds(30), error).value_or(json());
+    big_reply = client->request({{"cmd", "big"}}, std::chrono::seconds(30), error).value_or(json());
     down_reply = client->request({{"cmd", "down"}}, std::chrono::seconds(30), error).value_or(json());
   });
   loop.run();
@@ -72,8 +74,9 @@ TEST_CASE("control server and client over a real socket, served by the event loo
   INFO(error);
   CHECK(status_reply == json{{"cmd", "status"}, {"uid", ::getuid()}});
   CHECK(bad_reply == json{{"error", "it broke"}});
+  CHECK(big_reply["blob"] == std::string(100000, 'x'));  // larger than any request may be
   CHECK(down_reply == json{{"ok", true}});
-  CHECK(server.requests() == 3);
+  CHECK(server.requests() == 4);
 }
 
 TEST_CASE("control client: nothing listening is a clean error", "[vnic][control]") {
