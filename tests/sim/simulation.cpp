@@ -105,6 +105,8 @@ struct Op {
   rocev2::Rkey inv{};
   bool signaled = true;
   bool completed_ok = false;
+  bool local_in_src = false;   // READ of a READ-then-SEND pair: lands in the SEND's buffer
+  bool fenced = false;         // SEND of such a pair: must wait for the READ (IBA 10.8.3.3)
 };
 
 struct PostedRecv {
@@ -144,6 +146,7 @@ struct Flow {
   std::uint64_t repeated = 0;                     // UC/UD: deliveries beyond the first
   std::uint64_t frames_duplicated = 0;            // by the link, towards the responder QP
   std::optional<std::size_t> twin;                // the flow the other way over the same QPs
+  std::optional<Op> queued;                       // the SEND half of a READ-then-SEND pair
 };
 
 std::string hex_diff(std::span<const std::uint8_t> got, std::span<const std::uint8_t> want) {
@@ -175,6 +178,7 @@ class Simulation {
   void pump();
   void post_work(Flow& f);
   Op make_op(Flow& f, std::size_t index);
+  bool make_read_then_send(Flow& f, std::size_t index, Op& read);
   WrOpcode pick_opcode(QpType type);
   std::uint32_t pick_length(std::uint32_t limit_mtu, std::uint32_t max);
   std::vector<Sge> scatter(const MrFacts& mr, std::uint64_t base, std::uint32_t length);
@@ -480,9 +484,39 @@ std::uint32_t Simulation::pick_length(std::uint32_t mtu, std::uint32_t max) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(n, max));
 }
 
+// A READ into a local buffer, then a fenced SEND of that same buffer: the SEND must carry
+// what the READ brought, which only holds if the fence held it back until the READ's
+// response had landed. The READ lands in the SEND's own slot, so the pair needs the
+// slot after it free: the window must have room for both.
+bool Simulation::make_read_then_send(Flow& f, std::size_t index, Op& read) {
+  const bool room = f.ops.size() + 2 - f.next_completion <= f.window &&
+                    index + 2 <= static_cast<std::size_t>(config_.ops_per_pair);
+  if (f.type != QpType::Rc || !room || rng_.below(16) != 0) return false;
+  const auto length = pick_length(f.mtu, f.max_message);
+  read.opcode = WrOpcode::RdmaRead;
+  read.local_in_src = true;
+  read.remote_addr = f.readable.base + rng_.below(f.readable.length - length + 1);
+  auto remote = f.resp->memory().bytes(f.readable, read.remote_addr, length);
+  read.data.assign(remote.begin(), remote.end());
+  const std::uint64_t send_slot = ((index + 1) % f.window) * f.slot_size;
+  read.local = scatter(f.src, f.src.base + send_slot, length);
+  auto area = f.req->memory().bytes(f.src, f.src.base + send_slot, f.slot_size);
+  std::fill(area.begin(), area.end(), std::uint8_t{0xEE});
+  Op send;
+  send.wr_id = (static_cast<std::uint64_t>(f.id) << 32) | (index + 1);
+  send.opcode = WrOpcode::Send;
+  send.fenced = true;
+  send.data = read.data;
+  send.local = read.local;
+  f.queued = std::move(send);
+  return true;
+}
+
 Op Simulation::make_op(Flow& f, std::size_t index) {
+  if (f.queued) return *std::exchange(f.queued, std::nullopt);
   Op op;
   op.wr_id = (static_cast<std::uint64_t>(f.id) << 32) | index;
+  if (make_read_then_send(f, index, op)) return op;
   op.opcode = pick_opcode(f.type);
   const std::uint64_t slot_base = (index % f.window) * f.slot_size;
   auto& pm = f.resp->memory();
@@ -549,10 +583,11 @@ void Simulation::post_work(Flow& f) {
     op.signaled = window_end || rng_.below(3) != 0;
     wr.flags = op.signaled ? rocev2::send_flags::kSignaled : 0;
     if (rng_.below(8) == 0) wr.flags |= rocev2::send_flags::kSolicited;
-    if (f.type == QpType::Rc && rng_.below(10) == 0) wr.flags |= rocev2::send_flags::kFence;
+    if (op.fenced || (f.type == QpType::Rc && rng_.below(10) == 0)) wr.flags |= rocev2::send_flags::kFence;
     wr.sg_list = op.local;
     // Small SENDs and WRITEs go inline now and then (copied at post time).
-    if (!is_atomic(op.opcode) && op.opcode != WrOpcode::RdmaRead && op.data.size() <= 64 && rng_.below(4) == 0) {
+    if (!is_atomic(op.opcode) && op.opcode != WrOpcode::RdmaRead && !op.fenced && op.data.size() <= 64 &&
+        rng_.below(4) == 0) {
       wr.flags |= rocev2::send_flags::kInline;
       wr.inline_data = op.data;
     }
@@ -610,6 +645,7 @@ void Simulation::pump() {
 // ---------------------------------------------------------------- checks
 
 void Simulation::on_completion(Node& node, const Completion& wc) {
+  if (!report_.failures.empty()) return;   // the first failure is the one to read; the rest follow from it
   if (wc.send_queue) {
     for (auto& f : flows_)
       if (f.req == &node && f.req_qpn == wc.qpn) return on_send_completion(f, wc);
@@ -677,7 +713,7 @@ void Simulation::check_send_data(Flow& f, const Op& op) {
   const std::string what = std::string(name_of(f.type)) + " flow " + std::to_string(f.id) + " " + name_of(op.opcode) +
                            " wr " + std::to_string(op.wr_id & 0xFFFF'FFFF);
   if (op.opcode == WrOpcode::RdmaRead) {
-    auto got = gather(f.req->memory(), f.sink, op.local, op.data.size());
+    auto got = gather(f.req->memory(), op.local_in_src ? f.src : f.sink, op.local, op.data.size());
     if (got != op.data) fail(what + ": READ data in local buffers wrong: " + hex_diff(got, op.data));
   } else if (is_atomic(op.opcode)) {
     const std::uint64_t got = f.req->memory().load_word(f.sink, op.local[0].addr);
