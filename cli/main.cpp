@@ -121,7 +121,15 @@ int main(int argc, char** argv) {
   stats->add_option("name", name, "The vnic's name")->required();
   stats->add_flag("--json", json, "Print the daemon's JSON reply");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& done) {
+    return app.exit(done);  // --help: prints the help, exit code 0
+  } catch (const CLI::ParseError& error) {
+    // One line, like every other error of this tool (CLI11 would add a second).
+    std::cerr << "rrdma-vnic: " << error.what() << " (see --help)\n";
+    return 2;
+  }
 
   if (up->parsed()) return run_up(up_args, foreground);
   if (down->parsed()) return finish(rrdma::vnic::stop_vnic(name));
