@@ -7,6 +7,7 @@
 
 #include "rocev2/encap.h"
 #include "rocev2/icrc.h"
+#include "stack/checksum.h"
 #include "tests/rocev2/rxe_captures.h"
 
 namespace rrdma::rocev2 {
@@ -207,6 +208,47 @@ TEST_CASE("A flipped bit anywhere past the Ethernet header is refused, except in
       }
     }
   }
+}
+
+// Rewrites a field of a good frame and fixes the IPv4 header checksum, so that only the
+// rewritten field is wrong.
+Bytes with_ipv4_field(Bytes f, std::size_t at, std::uint8_t value) {
+  f[at] = value;
+  f[14 + 10] = f[14 + 11] = 0;
+  store_be16(f, 14 + 10, stack::internet_checksum(ByteSpan(f).subspan(14, 20)));
+  return f;
+}
+
+TEST_CASE("parse_frame names the layer that is wrong", "[encap][hostile]") {
+  const Bytes good = test::rxe_frame("rxe_write_bw.pcapng", 51);  // an ACK
+  RoceFrame r;
+  REQUIRE(parse_frame(good, r).ok());
+  auto error_of = [&](const Bytes& f) { return parse_frame(f, r).error; };
+
+  Bytes arp = good;
+  arp[12] = 0x08, arp[13] = 0x06;
+  CHECK(error_of(arp) == FrameError::not_ipv4);
+  CHECK(error_of(with_ipv4_field(good, 14, 0x65)) == FrameError::bad_ipv4);         // version 6
+  Bytes bad_sum = good;
+  bad_sum[14 + 11] ^= 1;
+  CHECK(error_of(bad_sum) == FrameError::bad_ipv4_checksum);
+  CHECK(error_of(with_ipv4_field(good, 14 + 6, 0x60)) == FrameError::ipv4_fragment);  // DF + MF
+  CHECK(error_of(with_ipv4_field(good, 14 + 9, 6)) == FrameError::not_udp);          // TCP
+  Bytes long_udp = good;
+  store_be16(long_udp, 14 + 20 + 4, static_cast<std::uint16_t>(good.size() - 14 - 20 + 1));
+  CHECK(error_of(long_udp) == FrameError::bad_udp);
+  Bytes port = good;
+  store_be16(port, 14 + 20 + 2, 4792);
+  CHECK(error_of(port) == FrameError::not_roce_port);
+  Bytes corrupt = good;
+  corrupt[corrupt.size() - 5] ^= 0x10;  // MSN
+  CHECK(error_of(corrupt) == FrameError::bad_icrc);
+  Bytes unknown = good;
+  unknown[14 + 20 + 8] = 0x1F;
+  REQUIRE(seal_frame(unknown));
+  const RoceFrameCheck c = parse_frame(unknown, r);
+  CHECK(c.error == FrameError::bad_transport);
+  CHECK(c.transport == TransportError::unknown_opcode);
 }
 
 TEST_CASE("Hostile: a lying pad count with a valid ICRC is refused", "[encap][hostile]") {
