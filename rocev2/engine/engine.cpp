@@ -284,12 +284,14 @@ void Engine::Impl::complete_send(Qp& qp, const SendWqe& w, WcStatus status) {
     case WrOpcode::AtomicFetchAdd: c.opcode = WcOpcode::FetchAdd; break;
   }
   c.byte_len = static_cast<std::uint32_t>(w.is_atomic() ? 8 : w.length);
+  observer_->on_completion(c);
   host_.complete(c);
 }
 
 void Engine::Impl::complete_recv(Qp& qp, Completion c) {
   c.qpn = qp.qpn;
   c.send_queue = false;
+  observer_->on_completion(c);
   host_.complete(c);
 }
 

@@ -130,6 +130,8 @@ class EngineObserver {
                                std::string_view /*cause*/) {}
   virtual void on_packet(Qpn /*qpn*/, const Bth& /*bth*/, PacketDecision /*decision*/,
                          std::string_view /*detail*/) {}
+  // Every completion the engine hands to the host, as it hands it over.
+  virtual void on_completion(const Completion& /*cqe*/) {}
 };
 
 }  // namespace rrdma::rocev2

@@ -149,6 +149,8 @@ class RecordingObserver final : public EngineObserver {
  public:
   std::vector<Decision> decisions;
   std::vector<std::pair<QpState, QpState>> transitions;
+  std::vector<Completion> completions;
+  void on_completion(const Completion& c) override { completions.push_back(c); }
   void on_state_change(Qpn, QpState from, QpState to, std::string_view) override { transitions.emplace_back(from, to); }
   void on_packet(Qpn qpn, const Bth& bth, PacketDecision d, std::string_view detail) override {
     decisions.push_back({qpn, bth, d, std::string(detail)});

@@ -72,6 +72,8 @@ TEST_CASE("RC SEND of 3000 bytes at MTU 1024 is FIRST, MIDDLE, LAST with AckReq 
   CHECK(sc[0].opcode == WcOpcode::Send);
   CHECK(sc[0].send_queue);
   CHECK_FALSE(p.a.engine.next_deadline().has_value());
+  REQUIRE(p.a.observer.completions.size() == 1);  // the observer sees what the host gets
+  CHECK(p.a.observer.completions[0].wr_id == 5);
 }
 
 TEST_CASE("an unsignaled SEND completes silently; the signaled one after it is reported") {
