@@ -42,6 +42,18 @@ bool wait_for(int fd, short events, std::chrono::milliseconds timeout) {
   return rc > 0;
 }
 
+// The verbs requests will be checked against the uid; for now it is only logged, and
+// not for the read-only queries a monitor may send every second (the log would grow
+// without bound).
+void log_request(const PeerCredentials& peer, std::string_view message) {
+  for (std::string_view quiet : {"{\"cmd\":\"status\"}", "{\"cmd\":\"stats\"}"}) {
+    if (message == quiet) return;
+  }
+  std::fprintf(stderr, "control: request from pid %d uid %u: %.*s\n", peer.pid, peer.uid,
+               static_cast<int>(std::min<std::size_t>(message.size(), 80)), message.data());
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 nlohmann::json answer(std::string_view message, const PeerCredentials& peer,
@@ -111,10 +123,7 @@ void ControlServer::serve(int fd) {
     }
     ++requests_;
     const auto peer = clients_[fd];
-    // The verbs requests will be checked against this uid; for now it is only logged.
-    std::fprintf(stderr, "control: request from pid %d uid %u: %.*s\n", peer.pid, peer.uid,
-                 static_cast<int>(std::min<ssize_t>(received, 80)), buffer.data());
-    std::fflush(stderr);
+    log_request(peer, std::string_view(buffer.data(), std::min<std::size_t>(static_cast<std::size_t>(received), buffer.size())));
     const nlohmann::json reply =
         static_cast<std::size_t>(received) > buffer.size()
             ? error_reply("request larger than " + std::to_string(kMaxControlMessage) + " bytes")
