@@ -140,6 +140,26 @@ TEST_CASE("sim: a receiver that stops posting receives ends RC QPs in RNR-retry-
   run_and_check(c, 8, 3, StalledReceiverRun{});
 }
 
+// Some QP met its bad R_Key (each of the four meets one with high probability).
+struct AccessRun {
+  static constexpr bool kScalable = true;
+  SimReport prepare(const SimConfig& run) const { return run_simulation(run); }
+  bool check(const SimReport& r) const { return r.rc_qps_access_failed > 0; }
+};
+
+TEST_CASE("sim: a bad R_Key ends its QP with a remote access error, the rest flushed", "[sim]") {
+  SimConfig c;
+  c.faults = faults_at(10'000);
+  c.uc_pairs = 0;
+  c.ud_pairs = 0;
+  c.ops_per_pair = 60;
+  c.bad_rkey_one_in = 25;
+  // One way only: a QP that refuses a bad R_Key may go to ERR as responder too, which on a
+  // pair used both ways would end the other direction by retry-exceeded.
+  c.both_ways = false;
+  run_and_check(c, 9, 3, AccessRun{});
+}
+
 TEST_CASE("sim: the same seed replays the same run", "[sim][meta]") {
   SimConfig c;
   c.faults = faults_at(100'000);

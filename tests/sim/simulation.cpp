@@ -107,6 +107,7 @@ struct Op {
   bool completed_ok = false;
   bool local_in_src = false;   // READ of a READ-then-SEND pair: lands in the SEND's buffer
   bool fenced = false;         // SEND of such a pair: must wait for the READ (IBA 10.8.3.3)
+  bool bad_rkey = false;       // sent with an R_Key that names no region
 };
 
 struct PostedRecv {
@@ -604,6 +605,16 @@ void Simulation::post_work(Flow& f) {
       wr.compare_add = op.opcode == WrOpcode::AtomicFetchAdd ? operand : compare;
       wr.swap = operand;
     }
+    // Now and then (if the scenario asks) an R_Key that names no region: the responder must
+    // refuse it with a remote access error NAK, and the requester's QP goes to ERR. Not on
+    // zero-length READs and WRITEs: they touch no memory and their R_Key goes unchecked.
+    const bool remote = is_atomic(op.opcode) ||
+                        ((is_write(op.opcode) || op.opcode == WrOpcode::RdmaRead) && !op.data.empty());
+    if (f.type == QpType::Rc && remote && !op.local_in_src && config_.bad_rkey_one_in != 0 &&
+        rng_.below(config_.bad_rkey_one_in) == 0) {
+      wr.rkey = rocev2::Rkey(wr.rkey.value() ^ 0x00F0'0000);
+      op.bad_rkey = true;
+    }
     if (f.type == QpType::Ud) {
       wr.ud_dest_ip = f.resp->self().ip;
       wr.ud_remote_qpn = f.resp_qpn;
@@ -692,6 +703,24 @@ void Simulation::on_send_completion(Flow& f, const Completion& wc) {
       fail(what + ": after retry-exceeded, status " + std::to_string(static_cast<int>(wc.status)) + " instead of flush");
     return;
   }
+  // A bad R_Key: the responder NAKs it once and its QP goes to ERR. The requester then gets
+  // the remote access error, or, when that NAK or the responses to an earlier READ or
+  // atomic were lost, retries into the dead QP until retry-exceeded.
+  const bool bad_key_ahead = std::any_of(f.ops.begin() + static_cast<std::ptrdiff_t>(f.next_completion - 1),
+                                         f.ops.end(), [](const Op& o) { return o.bad_rkey; });
+  if (bad_key_ahead) {
+    const auto peer = f.resp->engine().query_qp(f.resp_qpn);
+    const bool peer_dead = peer && peer->state == rocev2::QpState::Err;
+    const bool access_error = op.bad_rkey && wc.status == WcStatus::RemAccessErr;
+    if (access_error || (wc.status == WcStatus::RetryExcErr && peer_dead)) {
+      f.failed = true;
+      ++report_.rc_qps_failed;
+      ++report_.rc_qps_access_failed;
+      return;
+    }
+    if (op.bad_rkey)
+      return fail(what + ": sent with a bad R_Key, completed with status " + std::to_string(static_cast<int>(wc.status)));
+  }
   const bool retry_exceeded = wc.status == WcStatus::RetryExcErr && config_.allow_retry_exceeded;
   const bool rnr_exceeded = wc.status == WcStatus::RnrRetryExcErr && config_.stop_receives_after.has_value();
   if (f.type == QpType::Rc && (retry_exceeded || rnr_exceeded)) {
@@ -764,9 +793,13 @@ void Simulation::on_recv_completion(Flow& f, const Completion& wc) {
     return fail(where + ": receive completed out of order or twice");
   PostedRecv r = std::move(f.posted_recvs.front());
   f.posted_recvs.pop_front();
-  // A QP carrying traffic both ways dies as a whole: when its own requester fails, the
-  // receives for the other direction are flushed.
-  if (wc.status == WcStatus::WrFlushErr && f.twin && flows_[*f.twin].failed) return;
+  // Receives are flushed when the responder's QP is in error: when it failed as requester
+  // of the other direction (a QP carrying traffic both ways dies as a whole), or after it
+  // refused a bad R_Key.
+  if (wc.status == WcStatus::WrFlushErr) {
+    const auto attr = f.resp->engine().query_qp(f.resp_qpn);
+    if (attr && attr->state == rocev2::QpState::Err) return;
+  }
   if (wc.status != WcStatus::Success)
     return fail(where + ": receive status " + std::to_string(static_cast<int>(wc.status)));
   const auto content = gather(f.resp->memory(), f.recv, r.sges, wc.byte_len);

@@ -53,6 +53,8 @@ struct SimConfig {
   std::optional<Duration> stop_receives_after;
   Duration time_limit = std::chrono::seconds(20);   // simulated
   std::uint64_t step_limit = 5'000'000;
+  // One RC READ/WRITE/atomic in this many (0: none) carries an R_Key that names no region.
+  std::uint32_t bad_rkey_one_in = 0;
   Sabotage sabotage = Sabotage::None;
 };
 
@@ -66,8 +68,9 @@ struct SimReport {
   std::uint64_t ops_completed = 0;
   std::uint64_t retransmits = 0;
   std::uint64_t rc_flows = 0;             // one per direction of traffic over an RC QP pair
-  std::uint64_t rc_qps_failed = 0;        // ended in (RNR) retry-exceeded (checked error path)
+  std::uint64_t rc_qps_failed = 0;        // ended in an error (checked error path)
   std::uint64_t rc_qps_rnr_failed = 0;    // of which RNR retry-exceeded
+  std::uint64_t rc_qps_access_failed = 0; // of which remote access error (a bad R_Key)
   std::uint64_t uc_ud_received = 0;
   std::uint64_t uc_ud_sent = 0;
   bool ok() const { return failures.empty(); }
