@@ -48,8 +48,9 @@ void log_line(const std::string& line) {
   std::fflush(stderr);
 }
 
+// At least one byte more than the largest frame, so a full buffer means truncation.
 std::size_t frame_buffer_size(std::uint16_t mtu) {
-  const std::size_t frame = mtu + kEthernetOverhead;
+  const std::size_t frame = mtu + kEthernetOverhead + 1;
   return (frame + 1023) / 1024 * 1024;
 }
 

@@ -20,6 +20,7 @@ constexpr std::uint8_t kOpReadMultishot = IORING_OP_SENDMSG_ZC + 1;
 constexpr unsigned kBufferGroup = 0;
 constexpr unsigned kSingleReadsInFlight = 16;  // the fallback without multishot reads
 constexpr unsigned kMaxConsecutiveReadErrors = 64;
+constexpr auto kReadPause = std::chrono::milliseconds(100);
 constexpr auto kShutdownTxGrace = std::chrono::milliseconds(200);
 constexpr auto kShutdownCancelGrace = std::chrono::seconds(1);
 
@@ -227,7 +228,11 @@ void EventLoop::arm_timer(std::optional<Instant> deadline) {
 
 void EventLoop::run() {
   while (!stopping_) {
-    arm_timer(run_timer_sources(Clock::now()));
+    auto deadline = run_timer_sources(Clock::now());
+    if (reads_paused_until_ && (!deadline || *reads_paused_until_ < *deadline)) {
+      deadline = reads_paused_until_;
+    }
+    arm_timer(deadline);
     if (stopping_) break;  // a timer source may have stopped the loop
     const int rc = io_uring_submit_and_wait(&ring_, 1);
     ++counters_.submits;
@@ -254,7 +259,8 @@ void EventLoop::reap_completions(Instant now) {
   if (buffers_to_return_ > 0) {
     io_uring_buf_ring_advance(buffer_ring_, static_cast<int>(std::exchange(buffers_to_return_, 0)));
   }
-  if (!stopping_ && frame_fd_ >= 0 && !reads_disabled_) arm_frame_reads();
+  if (reads_paused_until_ && now >= *reads_paused_until_) reads_paused_until_.reset();
+  if (!stopping_ && frame_fd_ >= 0 && !reads_paused_until_) arm_frame_reads();
 }
 
 void EventLoop::dispatch(const io_uring_cqe& cqe, Instant now) {
@@ -296,7 +302,11 @@ void EventLoop::on_frame_read(const io_uring_cqe& cqe, Instant now) {
       ++counters_.rx_buffer_exhausted;
     } else if (cqe.res != -ECANCELED) {
       ++counters_.rx_read_errors;
-      if (++consecutive_read_errors_ >= kMaxConsecutiveReadErrors) reads_disabled_ = true;
+      if (++consecutive_read_errors_ >= kMaxConsecutiveReadErrors) {
+        consecutive_read_errors_ = 0;
+        reads_paused_until_ = now + kReadPause;
+        ++counters_.rx_read_pauses;
+      }
     }
     return;
   }
@@ -306,7 +316,9 @@ void EventLoop::on_frame_read(const io_uring_cqe& cqe, Instant now) {
   const std::size_t length = std::min<std::size_t>(static_cast<std::size_t>(cqe.res), config_.frame_buffer_size);
   ++counters_.tap_rx_frames;
   counters_.tap_rx_bytes += length;
-  if (on_frame_ && buffer_id < config_.rx_buffers) {
+  if (length == config_.frame_buffer_size) {
+    ++counters_.rx_truncated;
+  } else if (on_frame_ && buffer_id < config_.rx_buffers) {
     on_frame_(ByteSpan(rx_memory_ + static_cast<std::size_t>(buffer_id) * config_.frame_buffer_size, length), now);
   }
   recycle_buffer(buffer_id);

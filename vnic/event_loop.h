@@ -31,7 +31,10 @@ namespace rrdma::vnic {
 struct EventLoopConfig {
   unsigned ring_entries = 256;       // SQ size; the CQ is twice that
   unsigned rx_buffers = 128;         // provided-buffer ring entries (a power of two)
-  std::size_t frame_buffer_size = 2048;  // bytes per receive buffer and per transmit slot
+  // Bytes per receive buffer and per transmit slot. Must exceed the largest frame: a tun
+  // read silently truncates a frame to the buffer, so a read that fills its buffer is
+  // taken as truncated and dropped.
+  std::size_t frame_buffer_size = 2048;
   unsigned tx_slots = 256;           // the bounded transmit queue
   bool multishot_read = true;        // false forces the single-read fallback (tests)
 };
@@ -46,6 +49,8 @@ struct LoopCounters {
   std::uint64_t tx_oversize_drops = 0;  // a frame larger than a slot
   std::uint64_t tx_write_errors = 0;
   std::uint64_t rx_read_errors = 0;
+  std::uint64_t rx_truncated = 0;         // a frame filled its whole buffer: cut short, dropped
+  std::uint64_t rx_read_pauses = 0;       // reads rested after a run of errors
   std::uint64_t rx_buffer_exhausted = 0;  // the kernel ran out of provided buffers
   std::uint64_t rx_rearms = 0;            // the multishot read ended and was re-armed
   std::uint64_t loop_iterations = 0;
@@ -118,7 +123,8 @@ class EventLoop {
   bool multishot_read_ = false;
   unsigned reads_in_flight_ = 0;
   unsigned consecutive_read_errors_ = 0;
-  bool reads_disabled_ = false;  // after a run of read errors: the device is gone
+  // After a run of read errors the reads rest until this instant instead of spinning.
+  std::optional<Instant> reads_paused_until_;
   io_uring_buf_ring* buffer_ring_ = nullptr;
   std::size_t buffer_ring_bytes_ = 0;
   std::uint8_t* rx_memory_ = nullptr;

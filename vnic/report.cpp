@@ -52,6 +52,8 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const LoopCounters& c) 
           {"tx_oversize_drops", c.tx_oversize_drops},
           {"tx_write_errors", c.tx_write_errors},
           {"rx_read_errors", c.rx_read_errors},
+          {"rx_truncated", c.rx_truncated},
+          {"rx_read_pauses", c.rx_read_pauses},
           {"rx_buffer_exhausted", c.rx_buffer_exhausted},
           {"rx_rearms", c.rx_rearms},
           {"loop_iterations", c.loop_iterations},

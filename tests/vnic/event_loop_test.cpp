@@ -75,6 +75,24 @@ TEST_CASE("frames written to the device reach the handler whole and in order", "
   if (loop.counters().multishot_read == 1) CHECK(loop.counters().rx_buffer_exhausted >= 1);
 }
 
+TEST_CASE("a frame that fills its whole buffer is counted as truncated, not delivered", "[vnic][loop]") {
+  FramePair pair;
+  EventLoopConfig config;
+  config.frame_buffer_size = 1024;
+  EventLoop loop(config);
+  pair.send(numbered_frame(1, 3000));  // the read cuts it to 1024 bytes
+  pair.send(numbered_frame(2, 1023));  // the largest frame that fits with room to spare
+  std::vector<Frame> received;
+  loop.attach_frame_device(pair.loop_end, [&](ByteSpan frame, Instant) {
+    received.emplace_back(frame.begin(), frame.end());
+    loop.stop();
+  });
+  loop.run();
+  CHECK(received == std::vector<Frame>{numbered_frame(2, 1023)});
+  CHECK(loop.counters().rx_truncated == 1);
+  CHECK(loop.counters().tap_rx_frames == 2);
+}
+
 TEST_CASE("transmitted frames leave as one write each, in order", "[vnic][loop]") {
   FramePair pair;
   EventLoop loop(EventLoopConfig{});
