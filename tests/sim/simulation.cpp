@@ -911,8 +911,16 @@ bool Simulation::all_done() const {
 }
 
 void Simulation::final_checks() {
-  for (Node* node : {a_.get(), b_.get()})
+  for (Node* node : {a_.get(), b_.get()}) {
     for (const auto& v : node->memory().violations()) fail("node " + node->name() + ": memory " + v);
+    // Every frame the link mangled failed its ICRC before the engine saw it, and both
+    // engines speak the same protocol: nothing may look malformed or misaddressed.
+    const auto& c = node->engine().counters();
+    if (c.unknown_qpn + c.bad_opcode + c.bad_header + c.qkey_mismatch != 0)
+      fail("node " + node->name() + ": engine counted malformed packets: unknown QPN " + std::to_string(c.unknown_qpn) +
+           ", bad opcode " + std::to_string(c.bad_opcode) + ", bad header " + std::to_string(c.bad_header) +
+           ", Q_Key mismatch " + std::to_string(c.qkey_mismatch));
+  }
   for (auto& f : flows_) {
     const std::string where = std::string(name_of(f.type)) + " flow " + std::to_string(f.id);
     auto& pm = f.resp->memory();
