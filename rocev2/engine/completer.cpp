@@ -40,7 +40,7 @@ void Engine::Impl::on_response(Qp& qp, const TransportPacket& p, Instant now) {
 
 // Completes, in order, every WQE wholly acknowledged by `last`. Stops at a READ or atomic
 // whose response has not arrived: if `last` covers it, that response was lost.
-Engine::Impl::AckStop Engine::Impl::ack_through(Qp& qp, Psn last, Instant /*now*/, bool& progressed) {
+Engine::Impl::AckStop Engine::Impl::ack_through(Qp& qp, Psn last, bool& progressed) {
   Requester& r = qp.req;
   while (!r.sq.empty()) {
     SendWqe& w = r.sq.front();
@@ -116,7 +116,7 @@ void Engine::Impl::retry_missing_response(Qp& qp, Instant now) {
 void Engine::Impl::on_ack(Qp& qp, const TransportPacket& p, Instant now) {
   observe(qp, p.bth, PacketDecision::AckReceived, "ACK");
   bool progressed = false;
-  const AckStop stop = ack_through(qp, p.bth.psn, now, progressed);
+  const AckStop stop = ack_through(qp, p.bth.psn, progressed);
   if (progressed) after_progress(qp, now);
   if (stop == AckStop::MissingResponse) retry_missing_response(qp, now);
 }
@@ -128,7 +128,7 @@ void Engine::Impl::on_rnr_nak(Qp& qp, const TransportPacket& p, Instant now) {
   observe(qp, p.bth, PacketDecision::NakReceived, "RNR NAK");
   Requester& r = qp.req;
   bool progressed = false;
-  const AckStop stop = ack_through(qp, p.bth.psn - 1, now, progressed);
+  const AckStop stop = ack_through(qp, p.bth.psn - 1, progressed);
   if (progressed) after_progress(qp, now);
   if (stop == AckStop::MissingResponse) {
     retry_missing_response(qp, now);
@@ -173,7 +173,7 @@ void Engine::Impl::on_nak(Qp& qp, const TransportPacket& p, Instant now) {
   Requester& r = qp.req;
   bool progressed = false;
   // The NAK's PSN is the request it refers to; everything before it arrived (IBA 9.7.5.2.2).
-  const AckStop stop = ack_through(qp, p.bth.psn - 1, now, progressed);
+  const AckStop stop = ack_through(qp, p.bth.psn - 1, progressed);
   if (progressed) after_progress(qp, now);
   if (stop == AckStop::MissingResponse) {
     retry_missing_response(qp, now);
@@ -194,7 +194,7 @@ void Engine::Impl::on_read_response(Qp& qp, const TransportPacket& p, Instant no
   Requester& r = qp.req;
   const Psn psn = p.bth.psn;
   bool progressed = false;
-  const AckStop stop = ack_through(qp, psn - 1, now, progressed);
+  const AckStop stop = ack_through(qp, psn - 1, progressed);
   if (progressed) after_progress(qp, now);
   if (stop == AckStop::MissingResponse) {
     retry_missing_response(qp, now);
@@ -239,7 +239,7 @@ void Engine::Impl::on_atomic_ack(Qp& qp, const TransportPacket& p, Instant now) 
   Requester& r = qp.req;
   const Psn psn = p.bth.psn;
   bool progressed = false;
-  const AckStop stop = ack_through(qp, psn - 1, now, progressed);
+  const AckStop stop = ack_through(qp, psn - 1, progressed);
   if (progressed) after_progress(qp, now);
   if (stop == AckStop::MissingResponse) {
     retry_missing_response(qp, now);

@@ -406,7 +406,7 @@ void Engine::Impl::receive(const TransportPacket& p, const PacketSource& from, I
       observe(*qp, p.bth, PacketDecision::Dropped, "QP cannot receive in this state");
       return;
     }
-    on_request(*qp, p, from, now);
+    on_request(*qp, p, from);
     return;
   }
   const QpState s = qp->attr.state;

@@ -95,7 +95,7 @@ class Engine::Impl {
   void on_response(Qp& qp, const TransportPacket& p, Instant now);
   bool response_in_window(const Requester& r, Psn psn) const;
   enum class AckStop : std::uint8_t { Done, MissingResponse };
-  AckStop ack_through(Qp& qp, Psn last, Instant now, bool& progressed);
+  AckStop ack_through(Qp& qp, Psn last, bool& progressed);
   void after_progress(Qp& qp, Instant now);
   void pop_front(Qp& qp, WcStatus status);
   void retry_missing_response(Qp& qp, Instant now);
@@ -107,8 +107,8 @@ class Engine::Impl {
   void fail_front(Qp& qp, WcStatus status, std::string_view cause);
 
   // responder.cpp
-  void on_request(Qp& qp, const TransportPacket& p, const PacketSource& from, Instant now);
-  void rc_request(Qp& qp, const TransportPacket& p, Instant now);
+  void on_request(Qp& qp, const TransportPacket& p, const PacketSource& from);
+  void rc_request(Qp& qp, const TransportPacket& p);
   void uc_request(Qp& qp, const TransportPacket& p);
   void ud_request(Qp& qp, const TransportPacket& p, const PacketSource& from);
   void rc_duplicate(Qp& qp, const TransportPacket& p);

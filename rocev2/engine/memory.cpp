@@ -1,7 +1,6 @@
 #include "rocev2/engine/memory.h"
 
 #include <algorithm>
-#include <limits>
 
 namespace rrdma::rocev2 {
 

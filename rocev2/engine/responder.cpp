@@ -22,7 +22,7 @@ constexpr std::uint64_t kMaxMessage = std::uint64_t{1} << 31;
 
 }  // namespace
 
-void Engine::Impl::on_request(Qp& qp, const TransportPacket& p, const PacketSource& from, Instant now) {
+void Engine::Impl::on_request(Qp& qp, const TransportPacket& p, const PacketSource& from) {
   if (qp.type == QpType::Ud) {
     ud_request(qp, p, from);
     return;
@@ -32,11 +32,11 @@ void Engine::Impl::on_request(Qp& qp, const TransportPacket& p, const PacketSour
     qp.resp.comm_established = true;
     if (qp.attr.state == QpState::Rtr) host_.async_event({qp.qpn, AsyncEventType::CommEstablished});
   }
-  if (qp.type == QpType::Rc) rc_request(qp, p, now);
+  if (qp.type == QpType::Rc) rc_request(qp, p);
   else uc_request(qp, p);
 }
 
-void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p, Instant /*now*/) {
+void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p) {
   Responder& s = qp.resp;
   const Psn psn = p.bth.psn;
   if (psn.after(s.expected_psn)) {
