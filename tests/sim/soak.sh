@@ -36,7 +36,7 @@ while (( $(date +%s) < deadline )); do
   if (( batch % 2 == 0 )); then rounds=$short_rounds; ops=""; qps=""; else rounds=$long_rounds; ops=$long_ops; qps=$long_qps; fi
   # Each line the binary prints for a run: "<test name>: seed N: ok|FAILED, ..."; tag it
   # with the batch's RRDMA_SIM_OPS and RRDMA_SIM_QPS so that the replay command is exact.
-  RRDMA_SIM_SEED=$seed RRDMA_SIM_ROUNDS=$rounds RRDMA_SIM_KEEP_GOING=1 RRDMA_SIM_VERBOSE=1 \
+  env RRDMA_SIM_SEED=$seed RRDMA_SIM_ROUNDS=$rounds RRDMA_SIM_KEEP_GOING=1 RRDMA_SIM_VERBOSE=1 \
     ${ops:+RRDMA_SIM_OPS=$ops} ${qps:+RRDMA_SIM_QPS=$qps} timeout --signal=KILL "$left" "$binary" '[sim]~[meta]' 2>/dev/null |
     grep -E '^sim: .*: seed [0-9]+: ' | sed "s/^/ops=${ops:-default}\/${qps:-default} /" >> "$log"
   seed=$(( seed + rounds ))
@@ -56,14 +56,14 @@ awk -v binary="$binary" '
       if (knobs[2] != "default") env = env " RRDMA_SIM_QPS=" knobs[2]
       failures[++nf] = "  " env " " binary " \"" name "\""
     }
-    if (match($0, /[0-9]+ RC QPs retry-exceeded/)) rex[name] += substr($0, RSTART, RLENGTH) + 0
+    if (match($0, /[0-9]+ RC QPs ended in error/)) rex[name] += substr($0, RSTART, RLENGTH) + 0
     if (match($0, /[0-9]+ frames delivered/)) frames += substr($0, RSTART, RLENGTH) + 0
     if (match($0, /[0-9]+ ops completed/)) ops_done += substr($0, RSTART, RLENGTH) + 0
   }
   END {
     printf "soak summary: %d runs, %d operations completed, %d frames delivered\n", NR, ops_done, frames
     for (n in runs)
-      printf "  %-75s %6d runs %4d failed %5d RC QPs retry-exceeded\n", n, runs[n], failed[n] + 0, rex[n] + 0
+      printf "  %-75s %6d runs %4d failed %5d RC QPs ended in a checked error\n", n, runs[n], failed[n] + 0, rex[n] + 0
     if (nf > 0) {
       printf "%d failing runs; replay each with:\n", nf
       for (i = 1; i <= nf && i <= 50; i++) print failures[i]
