@@ -420,6 +420,15 @@ void Engine::Impl::uc_request(Qp& qp, const TransportPacket& p) {
   Responder& s = qp.resp;
   const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
   const Psn psn = p.bth.psn;
+  // IBA 9.8.3 lets any FIRST/ONLY restart UC reception at its PSN. An IB fabric never
+  // reorders or duplicates, Ethernet may: a PSN behind the expected one can only be a
+  // duplicate or a late packet, and taking it would deliver a message twice or out of
+  // order (rxe does). We drop it; only a forward jump resynchronises.
+  if (psn.before(s.expected_psn)) {
+    ++counters_.duplicate_requests;
+    observe(qp, p.bth, PacketDecision::Duplicate, "UC: PSN behind the expected one, dropped");
+    return;
+  }
   if (psn != s.expected_psn || s.uc_dropping) {
     if (psn != s.expected_psn) abort_uc_message(qp);
     s.expected_psn = psn + 1;

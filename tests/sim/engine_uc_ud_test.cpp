@@ -74,6 +74,22 @@ TEST_CASE("UC: a PSN gap drops the message in progress; the next message takes i
   CHECK(p.b.state() == QpState::Rts);
 }
 
+TEST_CASE("UC: a duplicate or late packet (PSN behind the expected one) is dropped") {
+  Pair p(QpType::Uc);
+  const MrFacts src = p.a.memory.add(p.a.pd, access::kLocalWrite, 100, 0x10000);
+  const MrFacts dst = p.b.memory.add(p.b.pd, access::kLocalWrite, 4096, 0x20000);
+  p.b.engine.post_recv(p.b.qpn, recv_wr(1, dst, 4096));
+  p.b.engine.post_recv(p.b.qpn, recv_wr(2, dst, 4096));
+  p.a.engine.post_send(p.a.qpn, send_wr(1, WrOpcode::Send, src, 10), p.now);
+  p.a.engine.post_send(p.a.qpn, send_wr(2, WrOpcode::Send, src, 20), p.now);
+  const std::vector<Captured> out = p.a.host.take_sent();
+  REQUIRE(out.size() == 2);
+  p.deliver(p.a, p.b, {out[1], out[0], out[1]});  // reordered, then repeated
+  REQUIRE(p.b.host.completions.size() == 1);
+  CHECK(p.b.host.completions[0].byte_len == 20);  // the first was lost, never delivered late
+  CHECK(p.b.engine.counters().duplicate_requests == 2);
+}
+
 TEST_CASE("UC: a SEND with no receive WQE is dropped silently") {
   Pair p(QpType::Uc);
   const MrFacts src = p.a.memory.add(p.a.pd, access::kLocalWrite, 100, 0x10000);
