@@ -77,8 +77,10 @@ struct ExternalChanges {
   }
 };
 
-// Releases the uplink we enslaved, then deletes the bridge we created unless someone
-// else has put ports on it since (then it is no longer only ours to remove).
+// Releases the uplink we enslaved, then deletes the bridge we created. `up --create-bridge`
+// promises that `down` takes the bridge away again, so it goes even if other interfaces
+// (a namespace's veth, say) were plugged into it since: the kernel detaches them, and they
+// are named in a note so that nobody wonders where their bridge went.
 void undo(LinkControl& links, const ExternalChanges& changes, std::vector<std::string>& notes) {
   if (changes.enslaved_uplink) {
     if (auto uplink = links.find(*changes.enslaved_uplink); uplink && uplink->master != 0) {
@@ -87,12 +89,10 @@ void undo(LinkControl& links, const ExternalChanges& changes, std::vector<std::s
   }
   if (changes.created_bridge) {
     if (auto bridge = links.find(*changes.created_bridge)) {
-      const auto ports = links.ports_of(bridge->ifindex);
-      if (ports.empty()) {
-        links.remove(bridge->name);
-      } else {
-        notes.push_back("left bridge " + bridge->name + " in place: it still has port " + ports.front());
-      }
+      std::string others;
+      for (const std::string& port : links.ports_of(bridge->ifindex)) others += " " + port;
+      links.remove(bridge->name);
+      if (!others.empty()) notes.push_back("removed bridge " + bridge->name + "; detached its other ports:" + others);
     }
   }
 }
@@ -550,6 +550,21 @@ Outcome start_vnic(const VnicConfig& config, bool foreground) {
   return foreground ? run_foreground(config) : start_detached(config);
 }
 
+// Ports of the bridge `up` created, other than the vnic's own TAP.
+static std::vector<std::string> other_ports_of(const std::optional<std::string>& bridge_name, const std::string& tap) {
+  std::vector<std::string> others;
+  if (!bridge_name) return others;
+  try {
+    LinkControl links;
+    if (auto bridge = links.find(*bridge_name)) {
+      for (std::string& port : links.ports_of(bridge->ifindex))
+        if (port != tap) others.push_back(std::move(port));
+    }
+  } catch (const std::exception&) {
+  }
+  return others;
+}
+
 Outcome stop_vnic(const std::string& name) {
   if (!is_valid_interface_name(name)) return {false, "bad name '" + name + "'", {}};
   const Observation observation = observe(name);
@@ -558,6 +573,9 @@ Outcome stop_vnic(const std::string& name) {
   if (liveness != Liveness::kRunning) return {false, not_running(name, observation), {}};
   const auto state = read_state_file(RuntimePaths::of(name).state_file);
   const ExternalChanges changes = state ? ExternalChanges::from_json(*state) : ExternalChanges{};
+  // The daemon detaches these when it deletes its bridge; its log goes with a clean stop,
+  // so the note is made here.
+  const std::vector<std::string> detached = other_ports_of(changes.created_bridge, name);
   std::string error;
   auto client = ControlClient::connect(RuntimePaths::of(name).socket, error);
   if (!client) return {false, "cannot reach vnic " + name + ": " + error, {}};
@@ -569,15 +587,10 @@ Outcome stop_vnic(const std::string& name) {
     return {false, "vnic " + name + " did not stop within " + std::to_string(kStopTimeout.count()) + " ms", {}};
   }
   Outcome outcome{true, name + " is down", {}};
-  // The daemon logs why it kept its bridge into a log it then removes; say it here.
-  if (changes.created_bridge) {
-    try {
-      if (LinkControl().find(*changes.created_bridge)) {
-        outcome.notes.push_back("bridge " + *changes.created_bridge +
-                                " was left in place: other interfaces are still its ports");
-      }
-    } catch (const std::exception&) {
-    }
+  if (!detached.empty()) {
+    std::string ports;
+    for (const std::string& port : detached) ports += " " + port;
+    outcome.notes.push_back("removed bridge " + *changes.created_bridge + "; detached its other ports:" + ports);
   }
   return outcome;
 }
