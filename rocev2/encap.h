@@ -1,4 +1,4 @@
-// RoCE v2 over UDP/IPv4 (IBA Annex A17.4): how an IB transport packet travels in an
+// RoCE v2 over UDP/IPv4 (IBA Annex A17.3, packet format): how an IB transport packet travels in an
 // Ethernet frame, and the whole-frame builder and parser/verifier.
 //
 //   Ethernet (0x0800) | IPv4 (20 B, DF, TTL 64, TOS 0, protocol 17) |
@@ -23,7 +23,8 @@
 namespace rrdma::rocev2 {
 
 inline constexpr std::uint8_t kRoceTtl = 64;
-// IBA A17.4 reserves 0xC000-0xFFFF for RoCE v2 source ports used for flow entropy.
+// The source port is a flow identifier (Annex A17.3.2.1, A17.9.4); 0xC000-0xFFFF is not
+// from IBA but Linux's range for it (IB_ROCE_UDP_ENCAP_VALID_PORT_MIN/MAX, IANA ephemeral).
 inline constexpr std::uint16_t kUdpSourcePortMin = 0xC000;
 inline constexpr std::size_t kFrameHeadersLength =
     stack::EthernetHeader::length() + stack::Ipv4Header::length() + stack::UdpHeader::length();

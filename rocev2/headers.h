@@ -1,5 +1,5 @@
 // Values (parsed, host-order forms) of the IB transport headers carried by RoCE v2
-// (IBA 9.2 and 9.3; field layout in ../shared/PROTOCOL.md). Views over bytes and
+// (IBA ch. 9; field layout in ../shared/PROTOCOL.md). Views over bytes and
 // parse/emit live in wire.h.
 #pragma once
 

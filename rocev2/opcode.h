@@ -1,7 +1,8 @@
-// The opcode table (IBA 9.2, table 38, plus the 1.5 FLUSH / ATOMIC_WRITE extensions and the
-// RoCE v2 CNP of Annex A17.9): for each of the 256 BTH opcodes, its name, which extension
-// headers follow the BTH and in what order, and what the packet means. Code asks the table
-// ("does it carry a RETH?") instead of switching on opcodes. Built at compile time.
+// The opcode table (the BTH OpCode table of IBA ch. 9, plus the release 1.5 FLUSH /
+// ATOMIC_WRITE extensions and the RoCE v2 CNP of Annex A17.9.3): for each of the 256 BTH
+// opcodes, its name, which extension headers follow the BTH and in what order, and what the
+// packet means. Code asks the table ("does it carry a RETH?") instead of switching on
+// opcodes. Built at compile time.
 #pragma once
 
 #include <array>
@@ -53,7 +54,7 @@ struct OpcodeInfo {
   std::uint8_t header_length;   // BTH and every extension header, in bytes
 };
 
-// Sizes of the headers, in bytes (IBA 9.2 / 9.3).
+// Sizes of the headers, in bytes (IBA ch. 9).
 inline constexpr std::size_t kBthLength = 12;
 inline constexpr std::size_t kDethLength = 8;
 inline constexpr std::size_t kRethLength = 16;
@@ -94,8 +95,9 @@ constexpr std::uint32_t kSendReq = F::kRequest | F::kSend | F::kPayload | F::kCo
 constexpr std::uint32_t kWriteReq = F::kRequest | F::kWrite | F::kPayload;
 constexpr std::uint32_t kReadResp = F::kResponse | F::kReadResponse | F::kPayload;
 
-// RC and UC operations (IBA table 38). WRITE_LAST_WITH_IMMEDIATE and WRITE_ONLY_WITH_IMMEDIATE
-// consume a receive WQE (IBA 9.4.3: the immediate data is delivered in a completion).
+// RC and UC operations (the IBA OpCode table). WRITE_LAST_WITH_IMMEDIATE and
+// WRITE_ONLY_WITH_IMMEDIATE consume a receive WQE (IBA ch. 9: the immediate data is
+// delivered in a completion).
 constexpr std::array<Row, 25> kConnectedRows{{
     {0x00, "SEND_FIRST", kSendReq | F::kStart, true},
     {0x01, "SEND_MIDDLE", kSendReq | F::kMiddle, true},
@@ -145,10 +147,10 @@ constexpr std::array<std::uint32_t, 256> make_flags() {
     flags[r.low5] = r.flags | F::kValid | F::kRc;
     if (r.in_uc) flags[0x20 | r.low5] = r.flags | F::kValid | F::kUc;
   }
-  // UD: only SEND_ONLY and SEND_ONLY_WITH_IMMEDIATE, each with a DETH (IBA 9.2, table 38).
+  // UD: only SEND_ONLY and SEND_ONLY_WITH_IMMEDIATE, each with a DETH (the IBA OpCode table).
   flags[0x64] = kSendReq | F::kStart | F::kEnd | F::kDeth | F::kValid | F::kUd;
   flags[0x65] = kSendReq | F::kStart | F::kEnd | F::kDeth | F::kImm | F::kValid | F::kUd;
-  // CNP (Annex A17.9.2): BTH and 16 reserved bytes, consumed by congestion control only.
+  // CNP (Annex A17.9.3, figure 6): BTH and 16 reserved bytes, consumed by congestion control only.
   flags[0x81] = F::kValid | F::kCnp | F::kPayload;
   return flags;
 }

@@ -8,7 +8,7 @@
 
 namespace rrdma::rocev2 {
 
-// A 24-bit number that wraps (IBA 9.7.1: PSNs are compared modulo 2^24).
+// A 24-bit number that wraps (IBA ch. 9: PSNs are compared modulo 2^24).
 class Psn {
  public:
   static constexpr std::uint32_t kMask = 0xFF'FFFF;
@@ -54,7 +54,7 @@ using Pkey = Id<struct PkeyTag, std::uint16_t>;
 inline constexpr Pkey kDefaultPkey{0xFFFF};
 inline constexpr std::uint16_t kRoceV2Port = 4791;
 
-// The BTH OpCode: high 3 bits are the transport (IBA 9.2, table 38), low 5 the operation.
+// The BTH OpCode: high 3 bits are the transport (the IBA OpCode table), low 5 the operation.
 enum class Opcode : std::uint8_t {
   RcSendFirst = 0x00, RcSendMiddle = 0x01, RcSendLast = 0x02, RcSendLastImm = 0x03,
   RcSendOnly = 0x04, RcSendOnlyImm = 0x05,

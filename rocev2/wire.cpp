@@ -133,7 +133,7 @@ std::string_view to_string(EmitError e) {
 
 namespace {
 
-// Reads the extension headers the opcode announces, in the order IBA 9.2 puts them
+// Reads the extension headers the opcode announces, in the order IBA ch. 9 puts them
 // (DETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH; the same order
 // opcode.h sums their lengths in). The caller has checked that they all fit.
 class HeaderReader {

@@ -1,4 +1,4 @@
-// The IB transport headers carried by RoCE v2, on the wire (IBA 9.2 and 9.3; layout in
+// The IB transport headers carried by RoCE v2, on the wire (IBA ch. 9; layout in
 // PROTOCOL.md and docs/WIRE.md). For each header: a checked view over received bytes
 // (after check() succeeds no accessor can read outside the header), and parse/emit between
 // the view and the value struct of headers.h. parse_transport() takes a whole UDP payload
@@ -20,15 +20,15 @@
 
 namespace rrdma::rocev2 {
 
-// Base Transport Header (IBA 9.2), 12 bytes.
+// Base Transport Header (IBA ch. 9), 12 bytes.
 class BthView {
  public:
   static constexpr std::size_t kLength = kBthLength;
-  // Field offsets (IBA 9.2).
+  // Field offsets (IBA ch. 9, BTH).
   static constexpr std::size_t kOpcodeAt = 0;
   static constexpr std::size_t kFlagsAt = 1;  // SE, M, PadCnt, TVer
   static constexpr std::size_t kPkeyAt = 2;
-  // FECN, BECN and 6 reserved bits: the ICRC masks this byte (IBA A17.3.3).
+  // FECN, BECN and 6 reserved bits: the ICRC masks this byte (IBA 7.8.1 via Annex A17.3.3).
   static constexpr std::size_t kEcnAt = 4;
   static constexpr std::size_t kDestQpAt = 5;
   static constexpr std::size_t kAckReqAt = 8;  // A, then 7 reserved bits
@@ -54,11 +54,11 @@ class BthView {
   ByteSpan b_;
 };
 
-// RDMA Extended Transport Header (IBA 9.3.3), 16 bytes.
+// RDMA Extended Transport Header (IBA ch. 9), 16 bytes.
 class RethView {
  public:
   static constexpr std::size_t kLength = kRethLength;
-  // Field offsets (IBA 9.3).
+  // Field offsets (IBA ch. 9).
   static constexpr std::size_t kVirtualAddressAt = 0;
   static constexpr std::size_t kRkeyAt = 8;
   static constexpr std::size_t kDmaLengthAt = 12;
@@ -73,11 +73,11 @@ class RethView {
   ByteSpan b_;
 };
 
-// ACK Extended Transport Header (IBA 9.3.5), 4 bytes.
+// ACK Extended Transport Header (IBA ch. 9), 4 bytes.
 class AethView {
  public:
   static constexpr std::size_t kLength = kAethLength;
-  // Field offsets (IBA 9.3).
+  // Field offsets (IBA ch. 9).
   static constexpr std::size_t kSyndromeAt = 0;
   static constexpr std::size_t kMsnAt = 1;
   static std::optional<AethView> check(ByteSpan bytes);
@@ -90,11 +90,11 @@ class AethView {
   ByteSpan b_;
 };
 
-// Atomic Extended Transport Header (IBA 9.3.4), 28 bytes.
+// Atomic Extended Transport Header (IBA ch. 9), 28 bytes.
 class AtomicEthView {
  public:
   static constexpr std::size_t kLength = kAtomicEthLength;
-  // Field offsets (IBA 9.3).
+  // Field offsets (IBA ch. 9).
   static constexpr std::size_t kVirtualAddressAt = 0;
   static constexpr std::size_t kRkeyAt = 8;
   static constexpr std::size_t kSwapAddAt = 12;
@@ -111,11 +111,11 @@ class AtomicEthView {
   ByteSpan b_;
 };
 
-// Atomic ACK Extended Transport Header (IBA 9.3.6), 8 bytes.
+// Atomic ACK Extended Transport Header (IBA ch. 9), 8 bytes.
 class AtomicAckEthView {
  public:
   static constexpr std::size_t kLength = kAtomicAckEthLength;
-  // Field offsets (IBA 9.3).
+  // Field offsets (IBA ch. 9).
   static constexpr std::size_t kOriginalDataAt = 0;
   static std::optional<AtomicAckEthView> check(ByteSpan bytes);
   std::uint64_t original_data() const { return load_be64(b_, kOriginalDataAt); }
@@ -126,11 +126,11 @@ class AtomicAckEthView {
   ByteSpan b_;
 };
 
-// Datagram Extended Transport Header (IBA 9.3.2), 8 bytes: Q_Key, 1 reserved byte, source QP.
+// Datagram Extended Transport Header (IBA ch. 9), 8 bytes: Q_Key, 1 reserved byte, source QP.
 class DethView {
  public:
   static constexpr std::size_t kLength = kDethLength;
-  // Field offsets (IBA 9.3).
+  // Field offsets (IBA ch. 9).
   static constexpr std::size_t kQkeyAt = 0;
   static constexpr std::size_t kReservedAt = 4;
   static constexpr std::size_t kSrcQpAt = 5;
@@ -144,7 +144,7 @@ class DethView {
   ByteSpan b_;
 };
 
-// Immediate data (IBA 9.3.7), 4 bytes. The value is the big-endian reading of the four
+// Immediate data (IBA ch. 9, ImmDt), 4 bytes. The value is the big-endian reading of the four
 // bytes, as Wireshark shows it; ibv_wc.imm_data (a __be32) is its htobe32().
 class ImmDtView {
  public:
@@ -158,7 +158,7 @@ class ImmDtView {
   ByteSpan b_;
 };
 
-// Invalidate Extended Transport Header (IBA 9.3.8), 4 bytes: the R_Key to invalidate.
+// Invalidate Extended Transport Header (IBA ch. 9, IETH), 4 bytes: the R_Key to invalidate.
 class IethView {
  public:
   static constexpr std::size_t kLength = kIethLength;
@@ -171,7 +171,7 @@ class IethView {
   ByteSpan b_;
 };
 
-// FLUSH Extended Transport Header (IBA 1.5 FLUSH annex), 4 bytes, kept whole.
+// FLUSH Extended Transport Header (IBA release 1.5, Annex A19), 4 bytes, kept whole.
 class FethView {
  public:
   static constexpr std::size_t kLength = kFethLength;
@@ -212,7 +212,7 @@ enum class TransportError : std::uint8_t {
   truncated,              // shorter than the BTH, its extension headers, pad and ICRC
   unknown_opcode,         // not in the opcode table (reserved, RD, or vendor-specific)
   bad_transport_version,  // TVer != 0 (IBA 9.6 header checks drop other versions)
-  misaligned,             // transport packet not a multiple of 4 bytes (IBA 9.2: PadCnt aligns it)
+  misaligned,             // transport packet not a multiple of 4 bytes (the BTH PadCnt aligns it)
   bad_pad_count,          // more pad bytes than payload bytes
   unexpected_payload,     // payload on an opcode that carries none (ACK, READ request, atomic)
 };
@@ -225,7 +225,7 @@ std::string_view to_string(TransportError e);
 TransportError parse_transport(ByteSpan udp_payload, TransportPacket& out);
 std::optional<TransportPacket> parse_transport(ByteSpan udp_payload);
 
-// The number of pad bytes that bring a payload to a 4-byte boundary (IBA 9.2 PadCnt).
+// The number of pad bytes that bring a payload to a 4-byte boundary (the BTH PadCnt).
 constexpr std::uint8_t pad_count_for(std::size_t payload_length) {
   return static_cast<std::uint8_t>((4 - payload_length % 4) % 4);
 }

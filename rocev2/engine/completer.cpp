@@ -1,7 +1,7 @@
-// The completer (IBA 9.7.5.2, 9.9.2): takes ACKs, NAKs, RDMA READ responses and atomic
+// The completer (IBA ch. 9, requester side): takes ACKs, NAKs, RDMA READ responses and atomic
 // ACKs, turns them into completions in posting order, and drives the requester's retries.
 // ACKs are cumulative and a response implicitly acknowledges every earlier request
-// (IBA 9.7.5.2.1); a response that skips an outstanding READ or atomic means that
+// (IBA 9.7.5.1.2); a response that skips an outstanding READ or atomic means that
 // response was lost, so the READ / atomic is asked for again.
 #include <cstring>
 
@@ -63,7 +63,7 @@ Engine::Impl::AckStop Engine::Impl::ack_through(Qp& qp, Psn last, bool& progress
   return AckStop::Done;
 }
 
-// The responder is alive: restore the retry counters (IBA 9.7.6.1.3 counts consecutive
+// The responder is alive: restore the retry counters (IBA ch. 9 counts consecutive
 // failures), pull the send point forward past what is acknowledged, restart the timer.
 void Engine::Impl::after_progress(Qp& qp, Instant now) {
   Requester& r = qp.req;
@@ -121,8 +121,8 @@ void Engine::Impl::on_ack(Qp& qp, const TransportPacket& p, Instant now) {
   if (stop == AckStop::MissingResponse) retry_missing_response(qp, now);
 }
 
-// IBA 9.7.5.2.8: the responder had no receive WQE. Wait the time it asked for, then resend
-// from the NAKed PSN; rnr_retry 7 means forever (IBA 9.7.6.1.4).
+// RNR NAK (IBA ch. 9): the responder had no receive WQE. Wait the time it asked for, then
+// resend from the NAKed PSN; rnr_retry 7 means forever (the IBA RNR retry counter).
 void Engine::Impl::on_rnr_nak(Qp& qp, const TransportPacket& p, Instant now) {
   ++counters_.rnr_naks_received;
   observe(qp, p.bth, PacketDecision::NakReceived, "RNR NAK");
@@ -172,7 +172,7 @@ void Engine::Impl::on_nak(Qp& qp, const TransportPacket& p, Instant now) {
   observe(qp, p.bth, PacketDecision::NakReceived, "NAK");
   Requester& r = qp.req;
   bool progressed = false;
-  // The NAK's PSN is the request it refers to; everything before it arrived (IBA 9.7.5.2.2).
+  // The NAK's PSN is the request it refers to; everything before it arrived (IBA 9.7.5.1.2).
   const AckStop stop = ack_through(qp, p.bth.psn - 1, progressed);
   if (progressed) after_progress(qp, now);
   if (stop == AckStop::MissingResponse) {
@@ -216,7 +216,7 @@ void Engine::Impl::on_read_response(Qp& qp, const TransportPacket& p, Instant no
   const std::uint64_t offset = std::uint64_t{k} * mtu;
   const std::uint64_t want_size = last ? w.length - offset : mtu;
   // A re-requested READ is answered as a READ of its own, FIRST..LAST from the restart
-  // point (IBA 9.7.5.1.4), while late responses to the original request may still arrive:
+  // point (IBA ch. 9), while late responses to the original request may still arrive:
   // accept the packet's place in either.
   const bool fits = read_response_fits(p.bth.opcode, k, w.packets) ||
                     (k >= w.read_restart && read_response_fits(p.bth.opcode, k - w.read_restart, w.packets - w.read_restart));
@@ -252,7 +252,7 @@ void Engine::Impl::on_atomic_ack(Qp& qp, const TransportPacket& p, Instant now) 
   }
   SendWqe& w = r.sq.front();
   // The original value lands in the local buffer as a host-order 64-bit integer, as the
-  // verbs API reads it (IBA 9.4.5: the operand is a 64-bit integer in the responder's memory).
+  // verbs API reads it (IBA ch. 9: the operand is a 64-bit integer in the responder's memory).
   std::uint8_t bytes[8];
   const std::uint64_t original = p.atomic_ack_eth->original_data;
   std::memcpy(bytes, &original, sizeof bytes);

@@ -1,4 +1,4 @@
-// The engine's front: QP lifetime, the QP state machine (IBA 10.3.1), validation of posted
+// The engine's front: QP lifetime, the QP state machine (IBA ch. 10), validation of posted
 // work, dispatch of received packets to responder or completer, and the timers.
 #include "rocev2/engine/engine.h"
 
@@ -80,7 +80,7 @@ std::optional<Qpn> Engine::Impl::create_qp(const QpInit& init) {
   Qpn qpn;
   if (init.qpn) {
     qpn = *init.qpn;
-    // QPN 0 and 1 are the SMI and GSI QPs (IBA 3.5.7); 0xFFFFFF is the multicast QPN.
+    // QPN 0 and 1 are the SMI and GSI QPs (Annex A17.5.8, A17.6); 0xFFFFFF is the multicast QPN.
     if (qpn.value() < 2 || qpn.value() == 0xFF'FFFF || find(qpn)) return std::nullopt;
   } else {
     do {
@@ -111,7 +111,7 @@ VerbResult Engine::Impl::destroy_qp(Qpn qpn) {
 
 namespace {
 
-// The transitions of IBA 10.3.1 figure 124 that a modify can ask for (RESET and ERR are
+// The transitions of the IBA ch. 10 QP state diagram that a modify can ask for (RESET and ERR are
 // reachable from every state).
 bool transition_allowed(QpState from, QpState to) {
   if (to == QpState::Reset || to == QpState::Err) return true;
@@ -211,7 +211,7 @@ void Engine::Impl::reset(Qp& qp) {
     while (qp.own_rq->front()) qp.own_rq->pop();
 }
 
-// IBA 10.3.1 / 11.4.1.1: in the error state every outstanding WQE completes with
+// IBA ch. 10 / ch. 11: in the error state every outstanding WQE completes with
 // "flushed in error", whether it asked for a completion or not.
 void Engine::Impl::enter_error(Qp& qp, std::string_view cause, std::optional<AsyncEventType> event) {
   if (qp.attr.state == QpState::Err) return;
@@ -264,7 +264,7 @@ void Engine::Impl::flush(Qp& qp) {
 }
 
 void Engine::Impl::complete_send(Qp& qp, const SendWqe& w, WcStatus status) {
-  // IBA 10.7.2.2 / C10-?: unsignaled WQEs complete silently, unless in error.
+  // IBA ch. 10 (completions): unsignaled WQEs complete silently, unless in error.
   if (status == WcStatus::Success && !w.signaled && !qp.sq_sig_all &&
       (w.wr.flags & send_flags::kSignaled) == 0)
     return;
@@ -326,7 +326,7 @@ VerbResult Engine::Impl::post_send(Qpn qpn, SendWr wr, Instant now) {
   w.wr = std::move(wr);
   w.signaled = qp->sq_sig_all || (w.wr.flags & send_flags::kSignaled) != 0;
   if (s == QpState::Err || s == QpState::Sqe) {
-    // Work posted to a QP in error completes at once, flushed (IBA 10.8.3.1).
+    // Work posted to a QP in error completes at once, flushed (IBA ch. 10).
     complete_send(*qp, w, WcStatus::WrFlushErr);
     return VerbResult::Ok;
   }
@@ -379,7 +379,7 @@ void Engine::Impl::receive(const TransportPacket& p, const PacketSource& from, I
     ++counters_.bad_opcode;
     return;
   }
-  // Annex A17.9: a CNP asks the sender to slow down. No congestion control yet: count it.
+  // Annex A17.9.3: a CNP asks the sender to slow down. No congestion control yet: count it.
   if (f.has(OpcodeFlags::kCnp)) {
     ++counters_.cnp_received;
     return;

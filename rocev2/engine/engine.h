@@ -77,7 +77,7 @@ class Engine {
 
   std::optional<Qpn> create_qp(const QpInit& init);
   VerbResult destroy_qp(Qpn qpn);
-  // The engine's part of ibv_modify_qp: the state transition (IBA 10.3.1) and the attributes
+  // The engine's part of ibv_modify_qp: the state transition (IBA ch. 10) and the attributes
   // in `mask` (qp_attr::). Moving to ERR flushes outstanding work with WR_FLUSH_ERR.
   VerbResult modify_qp(Qpn qpn, const QpAttr& attr, std::uint32_t mask, Instant now);
   std::optional<QpAttr> query_qp(Qpn qpn) const;

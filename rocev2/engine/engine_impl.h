@@ -23,7 +23,8 @@ inline constexpr std::uint32_t kPacketsPerAckReq = 64;
 // The responder acknowledges at least every this many packets even without AckReq.
 inline constexpr std::uint32_t kPacketsPerAck = 64;
 
-// Why the responder refuses a request (IBA 9.9.3.1 responder error classes).
+// Why the responder refuses a request (the IBA ch. 9 responder error classes, as rxe
+// names them: A, C, D, D1, E).
 struct Verdict {
   enum class Kind : std::uint8_t { Ok, Rnr, Nak, Drop } kind = Kind::Ok;
   NakCode code = NakCode::InvalidRequest;

@@ -20,7 +20,7 @@ LocalCheck resolve_sges(const MrTable& mrs, std::uint32_t pd, const std::vector<
     if (!mr || mr->pd != pd || !range_inside(*mr, sge.addr, sge.length)) return LocalCheck::ProtectionError;
     if (need_write && (mr->access & access::kLocalWrite) == 0) return LocalCheck::ProtectionError;
     total += sge.length;
-    // A message is at most 2^31 bytes (IBA 9.4.1: DMA length).
+    // A message is at most 2^31 bytes (IBA ch. 9: RETH DMA length).
     if (total > (std::uint64_t{1} << 31)) return LocalCheck::LengthError;
     out.push_back({*mr, sge.addr, sge.length});
   }

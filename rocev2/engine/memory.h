@@ -1,4 +1,4 @@
-// Internal: checks of local and remote memory access (IBA 10.6.3: key, PD, access rights,
+// Internal: checks of local and remote memory access (IBA ch. 10: key, PD, access rights,
 // bounds) and scatter/gather copies through the Dma port.
 #pragma once
 
@@ -36,7 +36,7 @@ bool scatter(Dma& dma, const std::vector<ResolvedSge>& sges, std::uint64_t offse
              std::span<const std::uint8_t> in);
 
 // Remote access through an R_Key: key, PD, access right and bounds, checked before any
-// byte moves (IBA 10.6.3.2 and 9.7.5.1.3).
+// byte moves (IBA ch. 10 memory protection; ch. 9 responder checks).
 std::optional<MrFacts> check_remote(const MrTable& mrs, std::uint32_t pd, Rkey rkey,
                                     std::uint32_t access, std::uint64_t va, std::uint64_t length);
 

@@ -43,7 +43,7 @@ class MrTable {
   virtual ~MrTable() = default;
   virtual std::optional<MrFacts> find_lkey(Lkey key) const = 0;
   virtual std::optional<MrFacts> find_rkey(Rkey key) const = 0;
-  // SEND with Invalidate (IBA 10.6.7.2.5): invalidate `key` if it belongs to `pd` and may
+  // SEND with Invalidate (IBA ch. 10): invalidate `key` if it belongs to `pd` and may
   // be remotely invalidated. False if it may not (the message then fails).
   virtual bool invalidate_rkey(Rkey key, std::uint32_t pd) = 0;
 };
@@ -56,7 +56,7 @@ class Dma {
   virtual ~Dma() = default;
   virtual bool read(const MrFacts& mr, std::uint64_t addr, std::span<std::uint8_t> out) = 0;
   virtual bool write(const MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in) = 0;
-  // 8-byte atomics at an 8-byte aligned address; return the original value (IBA 9.4.5).
+  // 8-byte atomics at an 8-byte aligned address; return the original value (IBA ch. 9).
   virtual std::optional<std::uint64_t> compare_swap(const MrFacts& mr, std::uint64_t addr,
                                                     std::uint64_t compare, std::uint64_t swap) = 0;
   virtual std::optional<std::uint64_t> fetch_add(const MrFacts& mr, std::uint64_t addr,
@@ -106,7 +106,7 @@ enum class PacketDecision : std::uint8_t {
   Retransmitted,       // a request sent again (detail: timeout / NAK sequence / RNR)
   Accepted,            // a request executed, or a response that completed work
   Duplicate,           // an old request: re-ACKed, READ re-executed, atomic replayed
-  OutOfSequenceNak,    // first packet after a PSN gap: NAK sent (IBA 9.7.5.1.2)
+  OutOfSequenceNak,    // first packet after a PSN gap: NAK sent (PSN sequence-error NAK rules)
   OutOfSequenceDrop,   // later packets of the same gap: silently dropped
   RnrNak,              // no receive WQE posted
   InvalidRequestNak,   // NAK 0x61
@@ -116,7 +116,7 @@ enum class PacketDecision : std::uint8_t {
   NakReceived,         // a NAK or RNR NAK arrived
   Ignored,             // a response for nothing outstanding, a stale ACK, a CNP
   Dropped,             // unknown QPN, bad opcode for the QP type, wrong state, bad header
-  UcMessageDropped,    // UC: the message in progress was dropped after a gap (IBA 9.8.3)
+  UcMessageDropped,    // UC: the message in progress was dropped after a gap (IBA UC rules)
 };
 
 std::string_view to_string(PacketDecision d);

@@ -57,7 +57,7 @@ struct Requester {
   std::string_view retransmit_reason = "retransmission";  // for the observer (static text)
 };
 
-// A READ or atomic the responder executed, kept to answer duplicates (IBA 9.7.5.1.4-5).
+// A READ or atomic the responder executed, kept to answer duplicates (IBA ch. 9 duplicate rules).
 struct ReplayEntry {
   Psn psn{};
   bool atomic = false;
@@ -80,7 +80,7 @@ struct Responder {
   std::uint64_t write_remaining = 0;
   std::uint64_t write_total = 0;
   bool recv_held = false;          // UC: a receive WQE kept from an aborted message
-  bool uc_dropping = false;        // UC: drop until the next FIRST/ONLY (IBA 9.8.3)
+  bool uc_dropping = false;        // UC: drop until the next FIRST/ONLY (IBA UC rules)
   std::array<ReplayEntry, 16> replay{};
   std::size_t replay_next = 0;
   std::size_t replay_count = 0;

@@ -1,4 +1,4 @@
-// The requester (IBA 9.7.1-9.7.4, 9.8.2, 9.9.2): turns send WQEs into request packets,
+// The requester (IBA ch. 9): turns send WQEs into request packets,
 // segments at the path MTU, sets the AckReq bit, keeps to max_rd_atomic and the fence, and
 // goes back N on a timeout, a PSN-sequence NAK or the end of an RNR wait.
 #include <algorithm>
@@ -11,7 +11,7 @@ namespace rrdma::rocev2 {
 namespace {
 
 Opcode with_transport(QpType type, Opcode rc) {
-  // UC opcodes are the RC ones with the transport bits 001 (IBA table 38).
+  // UC opcodes are the RC ones with the transport bits 001 (the IBA OpCode table).
   if (type == QpType::Uc) return static_cast<Opcode>(static_cast<std::uint8_t>(rc) | 0x20);
   return rc;
 }
@@ -51,7 +51,7 @@ void Engine::Impl::pump(Qp& qp, Instant now) {
   Requester& r = qp.req;
   const QpState s = qp.attr.state;
   if (s != QpState::Rts && s != QpState::Sqd) return;
-  if (r.rnr_deadline) return;  // waiting out an RNR NAK (IBA 9.7.5.2.8)
+  if (r.rnr_deadline) return;  // waiting out an RNR NAK (IBA ch. 9)
   while (r.next_send < r.sq.size()) {
     SendWqe& w = r.sq[r.next_send];
     if (!w.started) {
@@ -74,8 +74,8 @@ void Engine::Impl::pump(Qp& qp, Instant now) {
   report_drained(qp);
 }
 
-// IBA 10.8.3.3: a fenced WQE waits until every earlier READ and atomic has completed;
-// IBA 9.7.4.1.2: never more READs and atomics outstanding than max_rd_atomic.
+// The fence (IBA ch. 10): a fenced WQE waits until every earlier READ and atomic has
+// completed; and (IBA ch. 9) never more READs and atomics outstanding than max_rd_atomic.
 bool Engine::Impl::may_start(const Qp& qp, const SendWqe& w) const {
   const Requester& r = qp.req;
   if ((w.wr.flags & send_flags::kFence) && r.rd_atomic_in_flight > 0) return false;
@@ -104,7 +104,7 @@ bool Engine::Impl::start_wqe(Qp& qp, SendWqe& w) {
   if (failure != WcStatus::Success) {
     complete_send(qp, w, failure);
     r.sq.erase(r.sq.begin() + static_cast<std::ptrdiff_t>(r.next_send));
-    // IBA 10.3.1: a local send error puts RC in ERR, but UC and UD only in SQE, where the
+    // IBA ch. 10 QP states: a local send error puts RC in ERR, but UC and UD only in SQE, where the
     // receive side keeps working.
     if (qp.type == QpType::Rc) enter_error(qp, "local error in a send WQE", std::nullopt);
     else enter_send_queue_error(qp, "local error in a send WQE");
@@ -142,7 +142,7 @@ bool Engine::Impl::send_next_packet(Qp& qp, SendWqe& w, Instant now) {
 
 // A READ request asks for the rest of the message from next_packet on: a retry after a
 // lost response re-requests only the missing part, at the PSN of the first missing
-// response packet (IBA 9.7.5.1.4: the responder treats it as a duplicate and re-reads).
+// response packet (IBA ch. 9: the responder treats it as a duplicate and re-reads).
 void Engine::Impl::send_read_request(Qp& qp, SendWqe& w, TransportPacket& p) {
   const std::uint64_t offset = std::uint64_t{w.next_packet} * qp.attr.path_mtu;
   p.bth.opcode = Opcode::RcReadRequest;
@@ -164,7 +164,7 @@ void Engine::Impl::send_atomic_request(Qp& qp, SendWqe& w, TransportPacket& p) {
 }
 
 // One SEND or WRITE segment: every packet but the last carries exactly one path MTU
-// (IBA 9.7.2.1); the RETH rides on the first, ImmDt and IETH on the last.
+// (IBA ch. 9); the RETH rides on the first, ImmDt and IETH on the last.
 bool Engine::Impl::fill_segment(Qp& qp, SendWqe& w, TransportPacket& p) {
   Requester& r = qp.req;
   const std::uint32_t mtu = qp.attr.path_mtu;
@@ -175,7 +175,7 @@ bool Engine::Impl::fill_segment(Qp& qp, SendWqe& w, TransportPacket& p) {
   const WrOpcode op = w.wr.opcode;
   if (qp.type == QpType::Ud) {
     p.bth.opcode = op == WrOpcode::SendWithImm ? Opcode::UdSendOnlyImm : Opcode::UdSendOnly;
-    // IBA 10.2.5: a WR Q_Key with the high bit set means "use the QP's own Q_Key".
+    // IBA ch. 10 (Q_Keys): a WR Q_Key with the high bit set means "use the QP's own Q_Key".
     const Qkey qkey = (w.wr.ud_remote_qkey.value() & 0x8000'0000u) ? qp.attr.qkey : w.wr.ud_remote_qkey;
     p.deth = Deth{qkey, qp.qpn};
   } else if (is_send(op)) {
@@ -211,7 +211,7 @@ bool Engine::Impl::fill_segment(Qp& qp, SendWqe& w, TransportPacket& p) {
   return true;
 }
 
-// Go back N (IBA 9.7.5.2.2): resend every packet from `psn` on, with the same PSNs.
+// Go back N (IBA ch. 9, requester retry): resend every packet from `psn` on, with the same PSNs.
 void Engine::Impl::retransmit_from(Qp& qp, Psn psn, Instant now, std::string_view reason) {
   Requester& r = qp.req;
   std::size_t i = 0;
@@ -231,7 +231,7 @@ void Engine::Impl::retransmit_from(Qp& qp, Psn psn, Instant now, std::string_vie
   pump(qp, now);
 }
 
-// IBA 9.7.6.1.3: no response within the local ACK timeout. retry_cnt bounds the number of
+// IBA ch. 9: no response within the local ACK timeout. retry_cnt bounds the number of
 // attempts; the counter is restored whenever the responder shows progress.
 void Engine::Impl::on_timeout(Qp& qp, Instant now) {
   Requester& r = qp.req;
@@ -262,7 +262,7 @@ void Engine::Impl::restart_ack_timer(Qp& qp, Instant now) {
   else qp.req.retransmit_deadline.reset();
 }
 
-// IBA 10.3.1.5: in SQD, once nothing is outstanding, the QP reports "send queue drained".
+// IBA ch. 10 (SQD state): in SQD, once nothing is outstanding, the QP reports "send queue drained".
 void Engine::Impl::report_drained(Qp& qp) {
   Requester& r = qp.req;
   if (qp.attr.state != QpState::Sqd || r.drain_reported) return;

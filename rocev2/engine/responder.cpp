@@ -1,4 +1,4 @@
-// The responder (IBA 9.7.5.1, 9.8.3, 9.9.3): checks each request's PSN, opcode sequence,
+// The responder (IBA ch. 9): checks each request's PSN, opcode sequence,
 // length and access rights, executes it against memory, and answers: ACKs (coalesced, at
 // AckReq), READ responses, atomic ACKs, NAKs and RNR NAKs. UC executes the same way but
 // never answers; UD checks the Q_Key and fills the GRH area.
@@ -17,7 +17,7 @@ std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
 
 Msn next(Msn m) { return Msn(m.value() + 1); }
 
-// IBA 9.4.1: a message carries at most 2^31 bytes.
+// IBA ch. 9: a message carries at most 2^31 bytes.
 constexpr std::uint64_t kMaxMessage = std::uint64_t{1} << 31;
 
 }  // namespace
@@ -28,7 +28,8 @@ void Engine::Impl::on_request(Qp& qp, const TransportPacket& p, const PacketSour
     return;
   }
   if (!qp.resp.comm_established) {
-    // IBA 11.6.3: the first packet received in RTR raises "communication established".
+    // IBA ch. 11 (async events): the first packet received in RTR raises "communication
+    // established".
     qp.resp.comm_established = true;
     if (qp.attr.state == QpState::Rtr) host_.async_event({qp.qpn, AsyncEventType::CommEstablished});
   }
@@ -40,7 +41,7 @@ void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p) {
   Responder& s = qp.resp;
   const Psn psn = p.bth.psn;
   if (psn.after(s.expected_psn)) {
-    // IBA 9.7.5.1.2 (rxe: sent_psn_nak): a PSN beyond the expected one means
+    // Sequence-error NAK (IBA ch. 9; rxe: sent_psn_nak): a PSN beyond the expected one means
     // packets were lost. NAK once per gap with the expected PSN, then drop silently until
     // it arrives, so one loss costs one NAK and one go-back-N.
     ++counters_.out_of_sequence;
@@ -65,7 +66,7 @@ void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p) {
   switch (v.kind) {
     case Verdict::Kind::Ok: break;
     case Verdict::Kind::Rnr:
-      // IBA 9.7.5.2.8: the NAK carries our minimum RNR timer; the PSN stays expected.
+      // RNR NAK (IBA ch. 9): the NAK carries our minimum RNR timer; the PSN stays expected.
       ++counters_.rnr_naks_sent;
       // The rest of the burst behind this packet is now out of sequence; the RNR NAK
       // stands for the NAK of that gap, so that no sequence NAK cuts the RNR wait short.
@@ -79,14 +80,14 @@ void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p) {
   const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
   observe(qp, p.bth, PacketDecision::Accepted, opcode_info(p.bth.opcode).name);
   if (!f.has(OpcodeFlags::kSend) && !f.has(OpcodeFlags::kWrite)) return;  // answered already
-  // IBA 9.7.5.1.1 allows coalescing: one ACK covers every earlier PSN. We answer AckReq and
+  // IBA 9.7.5.1.2 allows coalescing: one ACK covers every earlier PSN. We answer AckReq and
   // otherwise at least every kPacketsPerAck packets.
   ++s.packets_since_ack;
   if (p.bth.ack_req || s.packets_since_ack >= kPacketsPerAck)
     send_ack(qp, psn, ack_syndrome(), PacketDecision::Sent, "ACK");
 }
 
-// IBA 9.7.5.1.3-5: a duplicate request is answered again and never executed twice for its
+// IBA ch. 9 duplicate rules: a duplicate request is answered again and never executed twice for its
 // side effects: SEND/WRITE are re-ACKed (C9-105), a READ is read again (it has none), an
 // atomic gets the result it had the first time from the replay cache.
 void Engine::Impl::rc_duplicate(Qp& qp, const TransportPacket& p) {
@@ -137,7 +138,7 @@ Verdict Engine::Impl::execute(Qp& qp, const TransportPacket& p) {
   if (f.has(OpcodeFlags::kFlush) || f.has(OpcodeFlags::kAtomicWrite))
     return Verdict::invalid_request("IBA 1.5 FLUSH / ATOMIC_WRITE not supported");
   if (Verdict v = check_sequence(qp, f); v.kind != Verdict::Kind::Ok) return v;
-  // IBA 9.7.5.1.3 (rxe: check_op_valid): the QP itself must allow the operation.
+  // IBA ch. 9 responder checks (rxe: check_op_valid): the QP itself must allow the operation.
   const std::uint32_t granted = qp.attr.access_flags;
   if ((f.has(OpcodeFlags::kReadRequest) && !(granted & access::kRemoteRead)) ||
       (f.has(OpcodeFlags::kWrite) && !(granted & access::kRemoteWrite)) ||
@@ -151,7 +152,7 @@ Verdict Engine::Impl::execute(Qp& qp, const TransportPacket& p) {
   return Verdict::invalid_request("not a request this QP executes");
 }
 
-// IBA 9.7.5.1.3: a message is FIRST MIDDLE* LAST or ONLY, never interleaved.
+// IBA ch. 9 opcode sequence check: a message is FIRST MIDDLE* LAST or ONLY, never interleaved.
 Verdict Engine::Impl::check_sequence(const Qp& qp, OpcodeFlags f) const {
   bool ok = false;
   switch (qp.resp.in_progress) {
@@ -163,7 +164,7 @@ Verdict Engine::Impl::check_sequence(const Qp& qp, OpcodeFlags f) const {
 }
 
 // Every packet but the last of a message carries exactly one path MTU; the last carries
-// 1..MTU bytes, an ONLY 0..MTU (IBA 9.7.2.1, rxe: check_length).
+// 1..MTU bytes, an ONLY 0..MTU (IBA ch. 9, rxe: check_length).
 Verdict Engine::Impl::check_length(const Qp& qp, const TransportPacket& p, OpcodeFlags f) const {
   if (!f.has(OpcodeFlags::kSend) && !f.has(OpcodeFlags::kWrite)) return Verdict::ok();
   const std::size_t size = p.payload.size();
@@ -222,7 +223,7 @@ Verdict Engine::Impl::execute_send(Qp& qp, const TransportPacket& p, OpcodeFlags
     c.imm_data = p.imm->value;
   }
   if (p.ieth) {
-    // IBA 10.6.7.2.5 / 9.4.1.1: SEND with Invalidate names an R_Key of our PD to retire.
+    // IBA ch. 10 / ch. 9: SEND with Invalidate names an R_Key of our PD to retire.
     if (!mrs_.invalidate_rkey(p.ieth->rkey, qp.pd))
       return Verdict::invalid_request("R_Key cannot be invalidated");
     c.flags |= wc_flags::kWithInv;
@@ -244,7 +245,7 @@ Verdict Engine::Impl::execute_write(Qp& qp, const TransportPacket& p, OpcodeFlag
     const Reth& reth = *p.reth;
     if (reth.dma_length > kMaxMessage) return Verdict::invalid_request("DMA length above 2^31");
     s.write_mr.reset();
-    // A zero-length WRITE needs no valid R_Key (IBA 9.7.5.1.3 / rxe check_rkey).
+    // A zero-length WRITE needs no valid R_Key (rxe check_rkey).
     if (reth.dma_length > 0) {
       s.write_mr = check_remote(mrs_, qp.pd, reth.rkey, access::kRemoteWrite, reth.virtual_address, reth.dma_length);
       if (!s.write_mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
@@ -292,7 +293,7 @@ Verdict Engine::Impl::execute_read(Qp& qp, const TransportPacket& p) {
     mr = check_remote(mrs_, qp.pd, reth.rkey, access::kRemoteRead, reth.virtual_address, reth.dma_length);
     if (!mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
   }
-  // The READ occupies one PSN per response packet (IBA 9.7.4.1.3).
+  // The READ occupies one PSN per response packet (IBA ch. 9, RDMA READ).
   s.expected_psn = p.bth.psn + packets_for(reth.dma_length, qp.attr.path_mtu);
   s.msn = next(s.msn);  // counted when executed, so the responses carry it (C9-148)
   remember(qp, {p.bth.psn, false, 0});
@@ -305,7 +306,7 @@ Verdict Engine::Impl::execute_atomic(Qp& qp, const TransportPacket& p) {
   Responder& s = qp.resp;
   if (qp.attr.max_dest_rd_atomic == 0) return Verdict::invalid_request("no responder resources for atomics");
   const AtomicEth& a = *p.atomic_eth;
-  // IBA 9.4.5: the target of an atomic is a naturally aligned 64-bit word.
+  // IBA ch. 9 atomics: the target of an atomic is a naturally aligned 64-bit word.
   if (a.virtual_address % 8 != 0) return Verdict::invalid_request("atomic address not 8-byte aligned");
   const std::optional<MrFacts> mr = check_remote(mrs_, qp.pd, a.rkey, access::kRemoteAtomic, a.virtual_address, 8);
   if (!mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
@@ -369,7 +370,7 @@ void Engine::Impl::send_ack(Qp& qp, Psn psn, std::uint8_t syndrome, PacketDecisi
   qp.resp.packets_since_ack = 0;
 }
 
-// A request the responder cannot execute (IBA 9.9.3.1, error classes B-D): NAK it with
+// A request the responder cannot execute (IBA ch. 9 responder error classes): NAK it with
 // its own PSN, fail the receive WQE it consumed, and put the QP in the error state.
 void Engine::Impl::refuse(Qp& qp, const TransportPacket& p, const Verdict& v) {
   Responder& s = qp.resp;
@@ -406,7 +407,7 @@ const ReplayEntry* Engine::Impl::recall(const Qp& qp, Psn psn) const {
   return nullptr;
 }
 
-// IBA 9.8.3: UC keeps no retry state. A PSN gap or any error loses the message in
+// IBA UC rules (ch. 9): UC keeps no retry state. A PSN gap or any error loses the message in
 // progress; the receive WQE it was filling is kept for the next message.
 void Engine::Impl::abort_uc_message(Qp& qp) {
   Responder& s = qp.resp;
@@ -420,7 +421,7 @@ void Engine::Impl::uc_request(Qp& qp, const TransportPacket& p) {
   Responder& s = qp.resp;
   const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
   const Psn psn = p.bth.psn;
-  // IBA 9.8.3 lets any FIRST/ONLY restart UC reception at its PSN. An IB fabric never
+  // The IBA UC rules let any FIRST/ONLY restart UC reception at its PSN. An IB fabric never
   // reorders or duplicates, Ethernet may: a PSN behind the expected one can only be a
   // duplicate or a late packet, and taking it would deliver a message twice or out of
   // order (rxe does). We drop it; only a forward jump resynchronises.
@@ -440,7 +441,7 @@ void Engine::Impl::uc_request(Qp& qp, const TransportPacket& p) {
     s.uc_dropping = false;
     s.expected_psn = psn;
   }
-  // An opcode out of sequence at the expected PSN also loses the message (IBA 9.8.3).
+  // An opcode out of sequence at the expected PSN also loses the message (IBA UC rules).
   // A FIRST/ONLY while a message is open means its end was lost: drop the open one.
   if (f.has(OpcodeFlags::kStart)) abort_uc_message(qp);
   const Verdict v = execute(qp, p);
@@ -456,9 +457,10 @@ void Engine::Impl::uc_request(Qp& qp, const TransportPacket& p) {
   observe(qp, p.bth, PacketDecision::UcMessageDropped, v.why);
 }
 
-// UD (IBA 9.8.4, 10.2.5): one-packet messages, Q_Key checked, no answer ever. The first 40
-// bytes of the receive buffer take the GRH; over RoCE v2/IPv4, rxe writes 20 zero bytes and
-// the packet's IPv4 header there and reports IBV_WC_GRH.
+// UD (IBA ch. 9 and 10): one-packet messages, Q_Key checked, no answer ever. The first 40
+// bytes of the receive buffer take the GRH (IBA 11.4.1.2, Annex A17.4.5.2); over RoCE
+// v2/IPv4, rxe writes 20 zero bytes and the packet's IPv4 header there and reports
+// IBV_WC_GRH.
 void Engine::Impl::ud_request(Qp& qp, const TransportPacket& p, const PacketSource& from) {
   constexpr std::size_t kGrhLength = 40;
   constexpr std::size_t kIpv4HeaderLength = 20;

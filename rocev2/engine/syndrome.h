@@ -1,5 +1,5 @@
-// The AETH syndrome (IBA 9.3.5, table 43) and the two transport timers (IBA 9.7.6.1.3 local
-// ACK timeout, 9.7.5.2.8 RNR NAK timer, table 45), as pure functions.
+// The AETH syndrome (IBA ch. 9) and the two transport timers (IBA ch. 9: local ACK
+// timeout, RNR NAK timer), as pure functions.
 #pragma once
 
 #include <array>
@@ -11,7 +11,7 @@
 
 namespace rrdma::rocev2 {
 
-enum class NakCode : std::uint8_t {  // the low 5 bits of a NAK syndrome (IBA table 43)
+enum class NakCode : std::uint8_t {  // the low 5 bits of a NAK syndrome (IBA ch. 9)
   PsnSequenceError = 0,
   InvalidRequest = 1,
   RemoteAccessError = 2,
@@ -32,7 +32,7 @@ constexpr SyndromeKind syndrome_kind(std::uint8_t syndrome) {
 }
 constexpr std::uint8_t syndrome_value(std::uint8_t syndrome) { return syndrome & 0x1F; }
 
-// rxe sends credit count 31, "invalid": end-to-end flow control is not used (IBA 9.7.7.2).
+// rxe sends credit count 31, "invalid": end-to-end flow control is not used (IBA ch. 9).
 inline constexpr std::uint8_t kAckCreditsInvalid = 0x1F;
 constexpr std::uint8_t ack_syndrome() { return kAckCreditsInvalid; }
 constexpr std::uint8_t rnr_nak_syndrome(std::uint8_t timer_code) {
@@ -47,7 +47,7 @@ static_assert(syndrome_kind(0x1F) == SyndromeKind::Ack);
 static_assert(syndrome_kind(0x2C) == SyndromeKind::RnrNak);
 static_assert(syndrome_kind(0x61) == SyndromeKind::Nak);
 
-// RNR NAK timer field → minimum wait, in units of 10 µs (IBA table 45; code 0 is the
+// RNR NAK timer field → minimum wait, in units of 10 µs (IBA RNR NAK timer table; code 0 is the
 // longest, 655.36 ms).
 inline constexpr std::array<std::uint32_t, 32> kRnrDelayTensOfMicros{
     65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192,
@@ -57,7 +57,7 @@ constexpr Duration rnr_delay(std::uint8_t timer_code) {
   return std::chrono::microseconds(10 * kRnrDelayTensOfMicros[timer_code & 0x1F]);
 }
 
-// Local ACK timeout: 4.096 µs × 2^timeout; 0 disables the timer (IBA 9.7.6.1.3).
+// Local ACK timeout: 4.096 µs × 2^timeout; 0 disables the timer (IBA ch. 9).
 constexpr std::optional<Duration> ack_timeout(std::uint8_t timeout) {
   if (timeout == 0) return std::nullopt;
   const std::uint8_t t = timeout > 31 ? 31 : timeout;

@@ -14,7 +14,7 @@ namespace rrdma::rocev2 {
 
 enum class QpType : std::uint8_t { Rc = 2, Uc = 3, Ud = 4 };  // IBV_QPT_*
 
-// IBA 10.3.1 QP states (IBV_QPS_*).
+// IBA ch. 10 QP states (IBV_QPS_*).
 enum class QpState : std::uint8_t { Reset = 0, Init = 1, Rtr = 2, Rts = 3, Sqd = 4, Sqe = 5, Err = 6 };
 
 // Memory access rights of an MR and of a QP's responder (IBV_ACCESS_*).
