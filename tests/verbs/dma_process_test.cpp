@@ -1,0 +1,376 @@
+// ProcessDma against real second processes: a forked child maps a buffer (with an unmapped
+// page inside), fills a pattern, reports the buffer's address over a pipe and then answers
+// "dump" requests with its own view of the buffer, so what the parent's DMA did is checked
+// by the process that owns the memory. Then the child is killed and every transfer must
+// fail cleanly. Time is bounded by poll timeouts and an alarm in the child; the child is
+// always killed and reaped.
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "verbs/mr_table.h"
+#include "verbs/process_dma.h"
+
+namespace {
+
+using rrdma::rocev2::MrFacts;
+using namespace rrdma::verbs;
+
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kPages = 4;           // page 2 is a hole
+constexpr std::size_t kHolePage = 2;
+constexpr int kReplyTimeoutMs = 10'000;
+constexpr char kDump = 'd';
+
+std::uint8_t pattern(std::uint8_t seed, std::size_t i) {
+  return static_cast<std::uint8_t>(seed + i * 7 + (i >> 8));
+}
+
+bool write_all(int fd, const void* data, std::size_t size) {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// Reads exactly `size` bytes or gives up after the timeout (a child that died or hung).
+bool read_all(int fd, void* data, std::size_t size) {
+  auto* p = static_cast<std::uint8_t*>(data);
+  while (size > 0) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, kReplyTimeoutMs) != 1) return false;
+    const ssize_t n = ::read(fd, p, size);
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+[[noreturn]] void child_main(std::uint8_t seed, int commands, int replies) {
+  ::alarm(60);  // never outlive a stuck test
+  void* mapped = ::mmap(nullptr, kPages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) ::_exit(2);
+  auto* buffer = static_cast<std::uint8_t*>(mapped);
+  for (std::size_t i = 0; i < kPages * kPage; ++i) buffer[i] = pattern(seed, i);
+  if (::munmap(buffer + kHolePage * kPage, kPage) != 0) ::_exit(3);
+  const std::uint64_t address = reinterpret_cast<std::uintptr_t>(buffer);
+  if (!write_all(replies, &address, sizeof address)) ::_exit(4);
+  char command = 0;
+  while (::read(commands, &command, 1) == 1) {
+    if (command != kDump) ::_exit(5);
+    if (!write_all(replies, buffer, kHolePage * kPage)) ::_exit(6);
+    if (!write_all(replies, buffer + (kHolePage + 1) * kPage, kPage)) ::_exit(7);
+  }
+  ::_exit(0);  // the parent closed the command pipe
+}
+
+// A child process holding a patterned buffer; killed and reaped on destruction.
+class Child {
+ public:
+  explicit Child(std::uint8_t seed) : seed_(seed) {
+    int commands[2];
+    int replies[2];
+    REQUIRE(::pipe(commands) == 0);
+    REQUIRE(::pipe(replies) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(commands[1]);
+      ::close(replies[0]);
+      child_main(seed, commands[0], replies[1]);
+    }
+    ::close(commands[0]);
+    ::close(replies[1]);
+    commands_ = commands[1];
+    replies_ = replies[0];
+    REQUIRE(read_all(replies_, &address_, sizeof address_));
+  }
+  ~Child() {
+    kill();
+    reap();
+    ::close(commands_);
+    ::close(replies_);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  std::uint64_t address() const { return address_; }
+  std::uint8_t seed() const { return seed_; }
+
+  // The child's own view of its mapped pages (the hole left out), in buffer order.
+  std::vector<std::uint8_t> dump() {
+    std::vector<std::uint8_t> bytes((kPages - 1) * kPage);
+    REQUIRE(write_all(commands_, &kDump, 1));
+    REQUIRE(read_all(replies_, bytes.data(), bytes.size()));
+    return bytes;
+  }
+  // Offset in dump() of a buffer offset outside the hole.
+  static std::size_t dump_offset(std::size_t offset) {
+    return offset < kHolePage * kPage ? offset : offset - kPage;
+  }
+
+  void kill() {
+    if (!reaped_) ::kill(pid_, SIGKILL);
+  }
+  void reap() {
+    if (reaped_) return;
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    reaped_ = true;
+  }
+
+ private:
+  std::uint8_t seed_;
+  pid_t pid_ = -1;
+  int commands_ = -1;
+  int replies_ = -1;
+  std::uint64_t address_ = 0;
+  bool reaped_ = false;
+};
+
+constexpr std::uint32_t kAllRemote = mr_access::kLocalWrite | mr_access::kRemoteWrite |
+                                     mr_access::kRemoteRead | mr_access::kRemoteAtomic;
+
+MrFacts register_buffer(MrTable& table, const Child& child, std::uint64_t client_id,
+                        std::uint32_t extra_access = 0) {
+  MrRequest req;
+  req.pd = 1;
+  req.addr = child.address();
+  req.length = kPages * kPage;
+  req.access = kAllRemote | extra_access;
+  const RegisterResult r = table.register_mr(Client{client_id, child.pid()}, req);
+  REQUIRE(r.ok());
+  return *table.find_rkey(r.rkey);
+}
+
+std::vector<std::uint8_t> expected_dump(std::uint8_t seed) {
+  std::vector<std::uint8_t> bytes;
+  for (std::size_t i = 0; i < kPages * kPage; ++i)
+    if (i / kPage != kHolePage) bytes.push_back(pattern(seed, i));
+  return bytes;
+}
+
+std::uint64_t word_at(const std::vector<std::uint8_t>& dump, std::size_t offset) {
+  std::uint64_t v = 0;
+  std::memcpy(&v, dump.data() + Child::dump_offset(offset), 8);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("DMA reads and writes another process's registered memory; the owner sees the writes") {
+  Child child(11);
+  MrTable table;
+  ProcessDma dma(table);
+  const MrFacts mr = register_buffer(table, child, 1);
+  const std::uint64_t base = mr.base;  // iova == address without ZERO_BASED
+
+  std::vector<std::uint8_t> got(300);
+  REQUIRE(dma.read(mr, base + 5000, got));
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == pattern(11, 5000 + i));
+
+  const std::array<std::uint8_t, 6> hello{'h', 'e', 'l', 'l', 'o', '!'};
+  REQUIRE(dma.write(mr, base + 100, hello));
+  std::vector<std::uint8_t> expected = expected_dump(11);
+  std::copy(hello.begin(), hello.end(), expected.begin() + 100);
+  CHECK(child.dump() == expected);
+  CHECK(dma.counters().transfers == 2);
+}
+
+TEST_CASE("DMA scatter/gather: several pieces, two pages apart, one call each way") {
+  Child child(23);
+  MrTable table;
+  ProcessDma dma(table);
+  const MrFacts mr = register_buffer(table, child, 1);
+  const std::uint64_t base = mr.base;
+  const std::uint64_t last_page = (kHolePage + 1) * kPage;
+  const std::array<DmaPiece, 3> pieces{DmaPiece{mr, base + 4000, 200},  // crosses pages 0 -> 1
+                                       DmaPiece{mr, base + last_page + 10, 16},
+                                       DmaPiece{mr, base + 50, 8}};
+
+  std::vector<std::uint8_t> gathered(224);
+  REQUIRE(dma.read_gather(pieces, gathered));
+  for (std::size_t i = 0; i < 200; ++i) CHECK(gathered[i] == pattern(23, 4000 + i));
+  for (std::size_t i = 0; i < 16; ++i) CHECK(gathered[200 + i] == pattern(23, last_page + 10 + i));
+  for (std::size_t i = 0; i < 8; ++i) CHECK(gathered[216 + i] == pattern(23, 50 + i));
+
+  std::vector<std::uint8_t> scattered(224);
+  for (std::size_t i = 0; i < scattered.size(); ++i) scattered[i] = static_cast<std::uint8_t>(0xA0 ^ i);
+  REQUIRE(dma.write_scatter(pieces, scattered));
+  std::vector<std::uint8_t> expected = expected_dump(23);
+  std::copy_n(scattered.begin(), 200, expected.begin() + 4000);
+  std::copy_n(scattered.begin() + 200, 16, expected.begin() + static_cast<std::ptrdiff_t>(Child::dump_offset(last_page + 10)));
+  std::copy_n(scattered.begin() + 216, 8, expected.begin() + 50);
+  CHECK(child.dump() == expected);
+
+  // The span must be exactly the pieces' total.
+  std::vector<std::uint8_t> wrong_size(223);
+  CHECK_FALSE(dma.read_gather(pieces, wrong_size));
+  CHECK(dma.counters().refused == 1);
+}
+
+TEST_CASE("DMA atomics: compare-and-swap and fetch-and-add on the owner's word") {
+  Child child(37);
+  MrTable table;
+  ProcessDma dma(table);
+  // ZERO_BASED: the engine's addresses are offsets into the region.
+  const MrFacts mr = register_buffer(table, child, 1, mr_access::kZeroBased);
+  REQUIRE(mr.base == 0);
+  const std::uint64_t offset = 0x808;
+  const std::uint64_t before = word_at(child.dump(), offset);
+
+  // A stale compare value: nothing written, the original returned.
+  CHECK(dma.compare_swap(mr, offset, before + 1, 0xDEAD) == before);
+  CHECK(word_at(child.dump(), offset) == before);
+
+  CHECK(dma.compare_swap(mr, offset, before, 0x1122'3344'5566'7788) == before);
+  CHECK(word_at(child.dump(), offset) == 0x1122'3344'5566'7788);
+
+  CHECK(dma.fetch_add(mr, offset, 0x10) == 0x1122'3344'5566'7788);
+  CHECK(dma.fetch_add(mr, offset, UINT64_MAX) == 0x1122'3344'5566'7798);  // wraps: adds -1
+  CHECK(word_at(child.dump(), offset) == 0x1122'3344'5566'7797);
+
+  // Neighbouring words untouched.
+  const std::vector<std::uint8_t> after = child.dump();
+  CHECK(word_at(after, offset - 8) == word_at(expected_dump(37), offset - 8));
+  CHECK(word_at(after, offset + 8) == word_at(expected_dump(37), offset + 8));
+
+  const std::uint64_t refused_before = dma.counters().refused;
+  CHECK_FALSE(dma.fetch_add(mr, offset + 4, 1));
+  CHECK_FALSE(dma.compare_swap(mr, offset + 1, 0, 1));
+  CHECK(dma.counters().refused == refused_before + 2);
+}
+
+TEST_CASE("DMA into an unmapped page fails as a fault or a partial transfer, never half-succeeds") {
+  Child child(41);
+  MrTable table;
+  ProcessDma dma(table);
+  const MrFacts mr = register_buffer(table, child, 1);
+  const std::uint64_t hole = mr.base + kHolePage * kPage;
+
+  std::vector<std::uint8_t> eight(8);
+  CHECK_FALSE(dma.read(mr, hole, eight));
+  CHECK(dma.counters().faults == 1);
+  CHECK_FALSE(dma.write(mr, hole + 100, eight));
+  CHECK(dma.counters().faults == 2);
+
+  // Starts mapped, runs into the hole.
+  std::vector<std::uint8_t> straddling(16);
+  CHECK_FALSE(dma.read(mr, hole - 8, straddling));
+  CHECK_FALSE(dma.write(mr, hole - 8, straddling));
+  CHECK(dma.counters().faults + dma.counters().partial == 4);
+  CHECK_FALSE(dma.fetch_add(mr, hole + 8, 1));
+  CHECK(dma.counters().transfers == 0);
+
+  // What the failed write may have put before the hole is its own business; the rest of the
+  // buffer is as it was.
+  const std::vector<std::uint8_t> now = child.dump();
+  const std::vector<std::uint8_t> expected = expected_dump(41);
+  CHECK(std::equal(now.begin(), now.begin() + kHolePage * kPage - 8, expected.begin()));
+  CHECK(std::equal(now.begin() + kHolePage * kPage, now.end(), expected.begin() + kHolePage * kPage));
+}
+
+TEST_CASE("DMA never leaves the registration: forged facts and stale keys are refused before any syscall") {
+  Child child(53);
+  MrTable table;
+  ProcessDma dma(table);
+  MrRequest small;
+  small.pd = 1;
+  small.addr = child.address() + kPage;  // only page 1
+  small.length = kPage;
+  small.access = kAllRemote;
+  const RegisterResult r = table.register_mr(Client{1, child.pid()}, small);
+  REQUIRE(r.ok());
+  const MrFacts mr = *table.find_rkey(r.rkey);
+
+  std::vector<std::uint8_t> bytes(16, 0xEE);
+  CHECK_FALSE(dma.read(mr, mr.base - 8, bytes));           // before the region
+  CHECK_FALSE(dma.write(mr, mr.base + kPage - 8, bytes));   // past its end
+  MrFacts enlarged = mr;
+  enlarged.base = child.address();
+  enlarged.length = kPages * kPage;
+  CHECK_FALSE(dma.write(enlarged, child.address(), bytes)); // the table knows better
+  CHECK(dma.counters().refused == 3);
+
+  REQUIRE(table.deregister(1, r.lkey) == 0);
+  CHECK_FALSE(dma.read(mr, mr.base, bytes));
+  CHECK_FALSE(dma.compare_swap(mr, mr.base, 0, 1));
+  CHECK(dma.counters().refused == 5);
+  CHECK(dma.counters().transfers == 0);
+  CHECK(child.dump() == expected_dump(53));
+}
+
+TEST_CASE("DMA goes to the process that registered the region, even at the same address") {
+  // Both children come from one fork of this process: their buffers may well share an address.
+  Child first(61);
+  Child second(67);
+  MrTable table;
+  ProcessDma dma(table);
+  const MrFacts first_mr = register_buffer(table, first, 1);
+  const MrFacts second_mr = register_buffer(table, second, 2);
+
+  std::vector<std::uint8_t> a(64);
+  std::vector<std::uint8_t> b(64);
+  REQUIRE(dma.read(first_mr, first_mr.base, a));
+  REQUIRE(dma.read(second_mr, second_mr.base, b));
+  for (std::size_t i = 0; i < 64; ++i) {
+    CHECK(a[i] == pattern(61, i));
+    CHECK(b[i] == pattern(67, i));
+  }
+  const std::array<std::uint8_t, 4> mark{1, 2, 3, 4};
+  REQUIRE(dma.write(second_mr, second_mr.base, mark));
+  CHECK(first.dump() == expected_dump(61));
+  CHECK(second.dump()[0] == 1);
+
+  // Dropping one client leaves the other reachable.
+  CHECK(table.drop_client(1) == 1);
+  CHECK_FALSE(dma.read(first_mr, first_mr.base, a));
+  CHECK(dma.read(second_mr, second_mr.base + 4, b));
+}
+
+TEST_CASE("DMA into a process that died fails cleanly, before and after it is reaped") {
+  Child child(71);
+  MrTable table;
+  ProcessDma dma(table);
+  const MrFacts mr = register_buffer(table, child, 1);
+  std::vector<std::uint8_t> bytes(32);
+  REQUIRE(dma.read(mr, mr.base, bytes));
+
+  child.kill();
+  // A killed process becomes a zombie: no memory, pid still taken. Wait for that state
+  // without reaping (WNOWAIT).
+  siginfo_t info{};
+  REQUIRE(::waitid(P_PID, static_cast<id_t>(child.pid()), &info, WEXITED | WNOWAIT) == 0);
+  CHECK_FALSE(dma.read(mr, mr.base, bytes));
+  const std::uint64_t gone = dma.counters().process_gone;
+  CHECK(gone >= 1);
+  CHECK_FALSE(dma.write(mr, mr.base, bytes));
+  CHECK_FALSE(dma.fetch_add(mr, mr.base, 1));
+  CHECK_FALSE(dma.compare_swap(mr, mr.base, 0, 1));
+  CHECK(dma.counters().process_gone == gone + 3);
+
+  child.reap();
+  CHECK_FALSE(dma.read(mr, mr.base, bytes));
+  CHECK_FALSE(dma.write(mr, mr.base, bytes));
+  CHECK(dma.counters().process_gone == gone + 5);
+  CHECK(dma.counters().faults == 0);
+
+  // The daemon then tears the client down; the region is gone from the table as well.
+  CHECK(table.drop_client(1) == 1);
+  CHECK_FALSE(table.find_rkey(mr.rkey));
+}

@@ -1,0 +1,165 @@
+// The daemon's memory region table: every ibv_reg_mr of every application process that uses
+// this vnic, with the L_Key and R_Key the engine looks regions up by (the engine's MrTable
+// port). Keys are an index into the table (O(1) lookup) plus random bits from getrandom(2),
+// so that a peer holding one R_Key learns nothing about any other. The table also answers
+// the question ProcessDma asks before every transfer: which process, and which of its
+// addresses, does this (still standing) registration cover? docs/VERBS_MEMORY.md explains
+// the key layout, the access rules and what happens when a process dies.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "rocev2/engine/ports.h"
+#include "rocev2/engine/work.h"
+
+namespace rrdma::verbs {
+
+// enum ibv_access_flags of libibverbs (verbs.h), same bit values; the first four are the
+// engine's rocev2::access bits.
+namespace mr_access {
+inline constexpr std::uint32_t kLocalWrite = rocev2::access::kLocalWrite;
+inline constexpr std::uint32_t kRemoteWrite = rocev2::access::kRemoteWrite;
+inline constexpr std::uint32_t kRemoteRead = rocev2::access::kRemoteRead;
+inline constexpr std::uint32_t kRemoteAtomic = rocev2::access::kRemoteAtomic;
+inline constexpr std::uint32_t kMwBind = 1u << 4;
+inline constexpr std::uint32_t kZeroBased = 1u << 5;
+inline constexpr std::uint32_t kOnDemand = 1u << 6;
+inline constexpr std::uint32_t kHugetlb = 1u << 7;
+inline constexpr std::uint32_t kFlushGlobal = 1u << 8;
+inline constexpr std::uint32_t kFlushPersistent = 1u << 9;
+inline constexpr std::uint32_t kRelaxedOrdering = 1u << 20;
+// Bits 20-29 are "optional": a device that does not implement one ignores it (verbs.h).
+inline constexpr std::uint32_t kOptionalRange = 0x3FF0'0000;
+}  // namespace mr_access
+
+// Who owns a registration: an application process. `id` is the daemon's number for the
+// process's control connection (unique for the daemon's life); `pid` comes from SO_PEERCRED
+// and is where DMA goes. The id, not the pid, identifies the client: pids are reused.
+struct Client {
+  std::uint64_t id = 0;
+  pid_t pid = 0;
+};
+
+// One ibv_reg_mr / ibv_reg_mr_iova call.
+struct MrRequest {
+  std::uint32_t pd = 0;
+  std::uint64_t addr = 0;    // first byte, in the client's address space
+  std::uint64_t length = 0;  // bytes; 0 is refused
+  std::uint32_t access = 0;  // mr_access:: bits
+  // The address the region is known by in WQEs and RETHs (ibv_reg_mr_iova). Default: `addr`,
+  // or 0 with mr_access::kZeroBased.
+  std::optional<std::uint64_t> iova;
+  // May a SEND with Invalidate (IETH) from the peer invalidate the R_Key? Never for what
+  // ibv_reg_mr creates (rxe refuses to invalidate IB_MR_TYPE_USER regions); for the memory
+  // windows and fast-registration regions a later brick adds.
+  bool remote_invalidate = false;
+};
+
+// The keys of a new registration, or the errno that refused it.
+struct RegisterResult {
+  int error = 0;  // 0, EINVAL, EOPNOTSUPP, ENOMEM (table full), ESRCH (client is gone), EAGAIN
+  rocev2::Lkey lkey{};
+  rocev2::Rkey rkey{};
+  bool ok() const { return error == 0; }
+};
+
+// Where a DMA goes: the owning process and the address inside it.
+struct DmaTarget {
+  pid_t pid = 0;
+  int pidfd = -1;              // the client's pidfd (tells whether `pid` is still that process)
+  std::uint64_t address = 0;   // in the client's address space
+};
+
+// A registration as `status` lists it.
+struct MrInfo {
+  std::uint64_t client_id = 0;
+  std::uint64_t addr = 0;      // in the client's address space
+  bool valid = true;           // false after a remote invalidation
+  rocev2::MrFacts facts;       // facts.base is the iova
+};
+
+class MrTable final : public rocev2::MrTable {
+ public:
+  // Key layout: index (high 16 bits) | tag (low 16 bits, random). Index 0 is never used, so
+  // no key below 0x10000 (and in particular the default key 0) ever matches.
+  static constexpr unsigned kIndexBits = 16;
+  static constexpr unsigned kTagBits = 16;
+  static constexpr std::size_t kMaxRegions = (std::size_t{1} << kIndexBits) - 1;
+
+  // 64 random bits per call. The default reads getrandom(2).
+  using RandomSource = std::function<std::uint64_t()>;
+  static std::uint64_t system_random();
+
+  explicit MrTable(std::size_t capacity = kMaxRegions, RandomSource random = system_random);
+  ~MrTable() override;
+  MrTable(const MrTable&) = delete;
+  MrTable& operator=(const MrTable&) = delete;
+
+  RegisterResult register_mr(const Client& client, const MrRequest& request);
+  // ibv_dereg_mr: 0, or EINVAL when `lkey` is not a registration of this client.
+  int deregister(std::uint64_t client_id, rocev2::Lkey lkey);
+  // Everything the client registered, gone at once (its process exited or disconnected).
+  // Returns how many registrations were removed.
+  std::size_t drop_client(std::uint64_t client_id);
+
+  std::size_t size() const { return live_; }
+  std::size_t capacity() const { return slots_.size() - 1; }
+  std::vector<MrInfo> registrations_of(std::uint64_t client_id) const;
+
+  // The engine's port.
+  std::optional<rocev2::MrFacts> find_lkey(rocev2::Lkey key) const override;
+  std::optional<rocev2::MrFacts> find_rkey(rocev2::Rkey key) const override;
+  bool invalidate_rkey(rocev2::Rkey key, std::uint32_t pd) override;
+
+  // For ProcessDma, before any system call: `mr` must still name a standing, valid
+  // registration with exactly these keys, and [addr, addr + length) (iova addresses) must lie
+  // inside it as the table knows it (not as `mr` claims). Then: which process, which address.
+  std::optional<DmaTarget> dma_target(const rocev2::MrFacts& mr, std::uint64_t addr,
+                                      std::uint64_t length) const;
+
+ private:
+  struct Slot {
+    bool in_use = false;
+    bool valid = false;              // registered and not invalidated
+    bool remote_invalidate = false;
+    std::uint64_t client_id = 0;
+    std::uint32_t pd = 0;
+    std::uint32_t access = 0;
+    std::uint64_t addr = 0;
+    std::uint64_t iova = 0;
+    std::uint64_t length = 0;
+    // The tags of the current registration, or of the last one while the slot is free.
+    std::uint16_t lkey_tag = 0;
+    std::uint16_t rkey_tag = 0;
+  };
+
+  struct ClientRecord {
+    pid_t pid = 0;
+    int pidfd = -1;
+    std::size_t registrations = 0;
+  };
+
+  int check_request(const MrRequest& request) const;
+  int attach_client(const Client& client);
+  void release_client(std::uint64_t client_id);
+  std::optional<std::uint32_t> take_free_slot();
+  bool draw_tags(Slot& slot);
+  void free_slot(std::uint32_t index);
+  const Slot* slot_for(std::uint32_t key) const;
+  rocev2::MrFacts facts_of(std::uint32_t index) const;
+
+  RandomSource random_;
+  std::vector<Slot> slots_;               // slots_[0] is never used
+  std::vector<std::uint32_t> free_;       // free indices, in no particular order
+  std::unordered_map<std::uint64_t, ClientRecord> clients_;
+  std::size_t live_ = 0;
+};
+
+}  // namespace rrdma::verbs

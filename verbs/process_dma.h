@@ -1,0 +1,71 @@
+// "DMA" into application processes: the engine's Dma port over process_vm_readv(2) and
+// process_vm_writev(2). Every transfer is first checked against the MR table (the
+// registration must still stand with the same keys, and the range must lie inside it as the
+// table knows it), so whatever MrFacts reach this class, it only ever touches memory that
+// its owner registered. Needs the same uid as the target or CAP_SYS_PTRACE (ptrace access
+// mode ATTACH_REALCREDS): the daemon runs as root. See docs/VERBS_MEMORY.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "rocev2/engine/ports.h"
+#include "verbs/mr_table.h"
+
+namespace rrdma::verbs {
+
+// Why transfers failed, for the daemon's stats and for tests. Each failed call counts once.
+struct DmaCounters {
+  std::uint64_t transfers = 0;     // calls that moved every byte asked for
+  std::uint64_t refused = 0;       // the MR table did not vouch for the range; no syscall made
+  std::uint64_t process_gone = 0;  // ESRCH, or the pidfd says the process has exited
+  std::uint64_t faults = 0;        // EFAULT: the range is not mapped (or not writable)
+  std::uint64_t partial = 0;       // fewer bytes moved than asked (a hole inside the range)
+  std::uint64_t other_errors = 0;  // EPERM (no ptrace right), ENOMEM, ...
+};
+
+// One piece of a scatter/gather list: `length` bytes at iova `addr` of the region `mr`.
+struct DmaPiece {
+  rocev2::MrFacts mr;
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+};
+
+class ProcessDma final : public rocev2::Dma {
+ public:
+  explicit ProcessDma(const MrTable& table) : table_(table) {}
+
+  // The engine's port. False / nullopt when the table refuses the range or the memory
+  // cannot be reached; a transfer that moves fewer bytes than asked is a failure too.
+  bool read(const rocev2::MrFacts& mr, std::uint64_t addr, std::span<std::uint8_t> out) override;
+  bool write(const rocev2::MrFacts& mr, std::uint64_t addr,
+             std::span<const std::uint8_t> in) override;
+  // Read 8 bytes, compute, write 8 bytes. Atomic with respect to other atomics of this
+  // daemon (one thread runs every QP), NOT with respect to the owning process's own CPU
+  // stores to the same word: see docs/VERBS_MEMORY.md.
+  std::optional<std::uint64_t> compare_swap(const rocev2::MrFacts& mr, std::uint64_t addr,
+                                            std::uint64_t compare, std::uint64_t swap) override;
+  std::optional<std::uint64_t> fetch_add(const rocev2::MrFacts& mr, std::uint64_t addr,
+                                         std::uint64_t add) override;
+
+  // Scatter/gather: `out` / `in` is the concatenation of `pieces` (its size must be their
+  // total length). Every piece is checked before the first byte moves; pieces of one process
+  // go to the kernel together, one process_vm_* call per IOV_MAX pieces.
+  bool read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out);
+  bool write_scatter(std::span<const DmaPiece> pieces, std::span<const std::uint8_t> in);
+
+  const DmaCounters& counters() const { return counters_; }
+
+ private:
+  enum class Direction : std::uint8_t { FromProcess, ToProcess };
+  bool transfer(Direction direction, std::span<const DmaPiece> pieces, std::uint8_t* local,
+                std::size_t size);
+  std::optional<std::uint64_t> read_word(const rocev2::MrFacts& mr, std::uint64_t addr);
+  bool write_word(const rocev2::MrFacts& mr, std::uint64_t addr, std::uint64_t value);
+
+  const MrTable& table_;
+  DmaCounters counters_;
+};
+
+}  // namespace rrdma::verbs
