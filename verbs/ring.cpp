@@ -147,6 +147,10 @@ Doorbell Doorbell::adopt(int fd) {
     if (fd >= 0) close(fd);
     return {};
   }
+  // The flag lives in the file description we share with the peer, which may clear it again:
+  // see docs/VERBS_ABI.md ("A hostile peer") for why the daemon rings through io_uring.
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
   return Doorbell(fd);
 }
 
