@@ -2,6 +2,7 @@
 // on every WQE it copies out of a ring (each refusal, and random garbage), and the
 // conversions to and from the engine's forms.
 #include <catch2/catch.hpp>
+#include <infiniband/verbs.h>
 
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,61 @@ using namespace rrdma;
 using namespace rrdma::verbs;
 using rocev2::QpType;
 using rocev2::WrOpcode;
+
+// The ABI mirrors libibverbs: our CQE is struct ibv_wc byte for byte, and every code that
+// travels in a WQE or CQE has the value verbs.h gives it.
+static_assert(sizeof(Cqe) == sizeof(ibv_wc));
+static_assert(offsetof(Cqe, wr_id) == offsetof(ibv_wc, wr_id));
+static_assert(offsetof(Cqe, status) == offsetof(ibv_wc, status));
+static_assert(offsetof(Cqe, opcode) == offsetof(ibv_wc, opcode));
+static_assert(offsetof(Cqe, vendor_err) == offsetof(ibv_wc, vendor_err));
+static_assert(offsetof(Cqe, byte_len) == offsetof(ibv_wc, byte_len));
+static_assert(offsetof(Cqe, imm_data) == offsetof(ibv_wc, imm_data));
+static_assert(offsetof(Cqe, imm_data) == offsetof(ibv_wc, invalidated_rkey));
+static_assert(offsetof(Cqe, qp_num) == offsetof(ibv_wc, qp_num));
+static_assert(offsetof(Cqe, src_qp) == offsetof(ibv_wc, src_qp));
+static_assert(offsetof(Cqe, wc_flags) == offsetof(ibv_wc, wc_flags));
+static_assert(offsetof(Cqe, pkey_index) == offsetof(ibv_wc, pkey_index));
+static_assert(offsetof(Cqe, slid) == offsetof(ibv_wc, slid));
+static_assert(offsetof(Cqe, sl) == offsetof(ibv_wc, sl));
+static_assert(offsetof(Cqe, dlid_path_bits) == offsetof(ibv_wc, dlid_path_bits));
+
+static_assert(static_cast<int>(WrOpcode::RdmaWrite) == IBV_WR_RDMA_WRITE);
+static_assert(static_cast<int>(WrOpcode::RdmaWriteWithImm) == IBV_WR_RDMA_WRITE_WITH_IMM);
+static_assert(static_cast<int>(WrOpcode::Send) == IBV_WR_SEND);
+static_assert(static_cast<int>(WrOpcode::SendWithImm) == IBV_WR_SEND_WITH_IMM);
+static_assert(static_cast<int>(WrOpcode::RdmaRead) == IBV_WR_RDMA_READ);
+static_assert(static_cast<int>(WrOpcode::AtomicCmpSwp) == IBV_WR_ATOMIC_CMP_AND_SWP);
+static_assert(static_cast<int>(WrOpcode::AtomicFetchAdd) == IBV_WR_ATOMIC_FETCH_AND_ADD);
+static_assert(static_cast<int>(WrOpcode::SendWithInv) == IBV_WR_SEND_WITH_INV);
+static_assert(rocev2::send_flags::kFence == IBV_SEND_FENCE);
+static_assert(rocev2::send_flags::kSignaled == IBV_SEND_SIGNALED);
+static_assert(rocev2::send_flags::kSolicited == IBV_SEND_SOLICITED);
+static_assert(rocev2::send_flags::kInline == IBV_SEND_INLINE);
+static_assert(static_cast<int>(rocev2::WcOpcode::Send) == IBV_WC_SEND);
+static_assert(static_cast<int>(rocev2::WcOpcode::RdmaWrite) == IBV_WC_RDMA_WRITE);
+static_assert(static_cast<int>(rocev2::WcOpcode::RdmaRead) == IBV_WC_RDMA_READ);
+static_assert(static_cast<int>(rocev2::WcOpcode::CompSwap) == IBV_WC_COMP_SWAP);
+static_assert(static_cast<int>(rocev2::WcOpcode::FetchAdd) == IBV_WC_FETCH_ADD);
+static_assert(static_cast<int>(rocev2::WcOpcode::Recv) == IBV_WC_RECV);
+static_assert(static_cast<int>(rocev2::WcOpcode::RecvRdmaWithImm) == IBV_WC_RECV_RDMA_WITH_IMM);
+static_assert(static_cast<int>(rocev2::WcStatus::Success) == IBV_WC_SUCCESS);
+static_assert(static_cast<int>(rocev2::WcStatus::LocLenErr) == IBV_WC_LOC_LEN_ERR);
+static_assert(static_cast<int>(rocev2::WcStatus::LocQpOpErr) == IBV_WC_LOC_QP_OP_ERR);
+static_assert(static_cast<int>(rocev2::WcStatus::LocProtErr) == IBV_WC_LOC_PROT_ERR);
+static_assert(static_cast<int>(rocev2::WcStatus::WrFlushErr) == IBV_WC_WR_FLUSH_ERR);
+static_assert(static_cast<int>(rocev2::WcStatus::BadRespErr) == IBV_WC_BAD_RESP_ERR);
+static_assert(static_cast<int>(rocev2::WcStatus::LocAccessErr) == IBV_WC_LOC_ACCESS_ERR);
+static_assert(static_cast<int>(rocev2::WcStatus::RemInvReqErr) == IBV_WC_REM_INV_REQ_ERR);
+static_assert(static_cast<int>(rocev2::WcStatus::RemAccessErr) == IBV_WC_REM_ACCESS_ERR);
+static_assert(static_cast<int>(rocev2::WcStatus::RemOpErr) == IBV_WC_REM_OP_ERR);
+static_assert(static_cast<int>(rocev2::WcStatus::RetryExcErr) == IBV_WC_RETRY_EXC_ERR);
+static_assert(static_cast<int>(rocev2::WcStatus::RnrRetryExcErr) == IBV_WC_RNR_RETRY_EXC_ERR);
+static_assert(static_cast<int>(rocev2::WcStatus::FatalErr) == IBV_WC_FATAL_ERR);
+static_assert(static_cast<int>(rocev2::WcStatus::GeneralErr) == IBV_WC_GENERAL_ERR);
+static_assert(rocev2::wc_flags::kGrh == IBV_WC_GRH);
+static_assert(rocev2::wc_flags::kWithImm == IBV_WC_WITH_IMM);
+static_assert(rocev2::wc_flags::kWithInv == IBV_WC_WITH_INV);
 
 namespace {
 
@@ -106,6 +162,18 @@ TEST_CASE("abi: the CQE has struct ibv_wc's layout, filled from an engine comple
   CHECK(load_le(b, 32, 4) == 0x456);
   CHECK(load_le(b, 36, 4) == 3);    // IBV_WC_GRH | IBV_WC_WITH_IMM
   CHECK(load_le(b, 40, 6) == 0);    // pkey_index, slid, sl, dlid_path_bits: none on RoCE
+
+  // Read back through the real struct ibv_wc, as the client's poll_cq will.
+  ibv_wc wc{};
+  std::memcpy(&wc, b.data(), sizeof(wc));
+  CHECK(wc.wr_id == 0xFEEDFACECAFEBEEF);
+  CHECK(wc.status == IBV_WC_REM_ACCESS_ERR);
+  CHECK(wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM);
+  CHECK(wc.byte_len == 4096);
+  CHECK(wc.imm_data == 0xA1B2C3D4);
+  CHECK(wc.qp_num == 0x123);
+  CHECK(wc.src_qp == 0x456);
+  CHECK(wc.wc_flags == (IBV_WC_GRH | IBV_WC_WITH_IMM));
 
   // With IBV_WC_WITH_INV the same word carries the invalidated R_Key (ibv_wc's union).
   c.flags = rocev2::wc_flags::kWithInv;
