@@ -5,8 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <functional>
 #include <cstdint>
 #include <deque>
 #include <set>
@@ -20,6 +25,18 @@ using rrdma::rocev2::Lkey;
 using rrdma::rocev2::MrFacts;
 using rrdma::rocev2::Rkey;
 using namespace rrdma::verbs;
+
+// The access bits are libibverbs' own (Debian 12's verbs.h predates the FLUSH bits 8 and 9).
+static_assert(mr_access::kLocalWrite == static_cast<std::uint32_t>(IBV_ACCESS_LOCAL_WRITE));
+static_assert(mr_access::kRemoteWrite == static_cast<std::uint32_t>(IBV_ACCESS_REMOTE_WRITE));
+static_assert(mr_access::kRemoteRead == static_cast<std::uint32_t>(IBV_ACCESS_REMOTE_READ));
+static_assert(mr_access::kRemoteAtomic == static_cast<std::uint32_t>(IBV_ACCESS_REMOTE_ATOMIC));
+static_assert(mr_access::kMwBind == static_cast<std::uint32_t>(IBV_ACCESS_MW_BIND));
+static_assert(mr_access::kZeroBased == static_cast<std::uint32_t>(IBV_ACCESS_ZERO_BASED));
+static_assert(mr_access::kOnDemand == static_cast<std::uint32_t>(IBV_ACCESS_ON_DEMAND));
+static_assert(mr_access::kHugetlb == static_cast<std::uint32_t>(IBV_ACCESS_HUGETLB));
+static_assert(mr_access::kRelaxedOrdering == static_cast<std::uint32_t>(IBV_ACCESS_RELAXED_ORDERING));
+static_assert(mr_access::kOptionalRange == static_cast<std::uint32_t>(IBV_ACCESS_OPTIONAL_RANGE));
 
 constexpr std::uint32_t kAllRemote = mr_access::kLocalWrite | mr_access::kRemoteWrite |
                                      mr_access::kRemoteRead | mr_access::kRemoteAtomic;
