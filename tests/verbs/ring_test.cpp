@@ -89,6 +89,27 @@ TEST_CASE("ring: entries come out in order across many wrap-arounds") {
   CHECK(consumer.error() == RingError::None);
 }
 
+TEST_CASE("ring: indices may start anywhere; slots stay in the region across the 2^32 wrap") {
+  const RingGeometry g{8, sizeof(Entry)};
+  HeapRegion region(g);
+  // A re-attached ring (or a hostile creator) may start with any index values.
+  set_shared(region.header().producer_index, 0xFFFF'FFFC);
+  set_shared(region.header().consumer_index, 0xFFFF'FFFC);
+  RingProducer producer(region.bytes(), g);
+  RingConsumer consumer(region.bytes(), g);
+  REQUIRE(producer.error() == RingError::None);
+  REQUIRE(consumer.error() == RingError::None);
+  Entry e{};
+  for (std::uint64_t seq = 0; seq < 100; ++seq) {
+    REQUIRE(producer.try_push_value(Entry{seq, check_of(seq)}) == PushResult::Pushed);
+    producer.publish();
+    REQUIRE(consumer.try_pop_value(e) == PopResult::Popped);
+    REQUIRE(e.seq == seq);
+    REQUIRE(e.check == check_of(seq));
+  }
+  CHECK(region.header().consumer_index == 0xFFFF'FFFCu + 100u);
+}
+
 TEST_CASE("ring: full and empty, unpublished entries are invisible") {
   const RingGeometry g{4, 16};
   HeapRegion region(g);
