@@ -89,7 +89,7 @@ TEST_CASE("ring: entries come out in order across many wrap-arounds") {
   CHECK(consumer.error() == RingError::None);
 }
 
-TEST_CASE("ring: indices may start anywhere; slots stay in the region across the 2^32 wrap") {
+TEST_CASE("ring: indices may start anywhere and slots stay in the region across the 2^32 wrap") {
   const RingGeometry g{8, sizeof(Entry)};
   HeapRegion region(g);
   // A re-attached ring (or a hostile creator) may start with any index values.
@@ -189,7 +189,7 @@ TEST_CASE("ring: the producer signals exactly when the consumer asked") {
   CHECK(e.seq == 2);
 }
 
-TEST_CASE("doorbell: an eventfd that counts rings; adopt refuses what is not one") {
+TEST_CASE("doorbell: an eventfd that counts rings, adopted only if it is one") {
   Doorbell bell = Doorbell::create();
   REQUIRE(bell.valid());
   CHECK_FALSE(bell.drain());
