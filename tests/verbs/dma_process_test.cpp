@@ -374,3 +374,56 @@ TEST_CASE("DMA into a process that died fails cleanly, before and after it is re
   CHECK(table.drop_client(1) == 1);
   CHECK_FALSE(table.find_rkey(mr.rkey));
 }
+
+TEST_CASE("DMA gather/scatter with more pieces than one system call takes (IOV_MAX), across two processes") {
+  Child first(79);
+  Child second(83);
+  MrTable table;
+  ProcessDma dma(table);
+  const MrFacts first_mr = register_buffer(table, first, 1);
+  const MrFacts second_mr = register_buffer(table, second, 2);
+
+  // 1500 two-byte pieces of the first child (every third byte pair of pages 0-1), then 3 of
+  // the second, then 1 of the first again: three process switches, and a batch split at 1024.
+  std::vector<DmaPiece> pieces;
+  std::vector<std::uint8_t> expected_bytes;
+  for (std::size_t i = 0; i < 1500; ++i) {
+    const std::size_t offset = i * 5;
+    pieces.push_back({first_mr, first_mr.base + offset, 2});
+    expected_bytes.push_back(pattern(79, offset));
+    expected_bytes.push_back(pattern(79, offset + 1));
+  }
+  for (std::size_t offset : {0, 100, 7000}) {
+    pieces.push_back({second_mr, second_mr.base + offset, 2});
+    expected_bytes.push_back(pattern(83, offset));
+    expected_bytes.push_back(pattern(83, offset + 1));
+  }
+  pieces.push_back({first_mr, first_mr.base + 7777, 2});
+  expected_bytes.push_back(pattern(79, 7777));
+  expected_bytes.push_back(pattern(79, 7778));
+
+  std::vector<std::uint8_t> gathered(expected_bytes.size());
+  REQUIRE(dma.read_gather(pieces, gathered));
+  CHECK(gathered == expected_bytes);
+
+  std::vector<std::uint8_t> ones(expected_bytes.size(), 0x5A);
+  REQUIRE(dma.write_scatter(pieces, ones));
+  std::vector<std::uint8_t> first_expected = expected_dump(79);
+  std::vector<std::uint8_t> second_expected = expected_dump(83);
+  for (const DmaPiece& p : pieces) {
+    std::vector<std::uint8_t>& target = p.mr.handle == first_mr.handle ? first_expected : second_expected;
+    const std::size_t at = Child::dump_offset(p.addr - p.mr.base);
+    target[at] = 0x5A;
+    target[at + 1] = 0x5A;
+  }
+  CHECK(first.dump() == first_expected);
+  CHECK(second.dump() == second_expected);
+  CHECK(dma.counters().transfers == 2);
+
+  // One bad piece anywhere refuses the whole list before anything moves.
+  pieces[1200].length = 1'000'000;
+  std::vector<std::uint8_t> zeros(expected_bytes.size() - 2 + 1'000'000, 0);
+  CHECK_FALSE(dma.write_scatter(pieces, zeros));
+  CHECK(dma.counters().refused == 1);
+  CHECK(first.dump() == first_expected);
+}
