@@ -1,6 +1,8 @@
 #include "verbs/qp_rules.h"
 
 #include <cerrno>
+#include <cstring>
+#include <type_traits>
 #include <string>
 
 namespace rrdma::verbs {
@@ -87,7 +89,17 @@ constexpr unsigned kQpAccessFlags =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 constexpr std::uint32_t kPsnMask = 0xFF'FFFF;  // PSNs and QPNs are 24-bit (IBA 9.2 BTH)
 
-bool valid_state(int state) { return state >= IBV_QPS_RESET && state <= IBV_QPS_ERR; }
+// An enum field as the integer the caller stored. ibv_qp_attr comes from another process, so
+// its enums may hold any value; loading one outside the enum's range as the enum type is
+// undefined behaviour, copying its bytes is not.
+template <class Enum>
+long long raw(const Enum& field) {
+  std::underlying_type_t<Enum> value;
+  std::memcpy(&value, &field, sizeof value);
+  return static_cast<long long>(value);
+}
+
+bool valid_state(long long state) { return state >= IBV_QPS_RESET && state <= IBV_QPS_ERR; }
 
 ModifyVerdict refuse(std::string reason) { return {EINVAL, std::move(reason), IBV_QPS_RESET}; }
 
@@ -129,7 +141,8 @@ ModifyVerdict check_values(const ibv_qp_attr& a, int mask, const QpLimits& limit
     return refuse("IBV_QP_ACCESS_FLAGS: unknown or unsupported bits " +
                   std::to_string(a.qp_access_flags & ~kQpAccessFlags));
   if (has(kMtu)) {
-    if (!caps::mtu_bytes(a.path_mtu)) return refuse("IBV_QP_PATH_MTU: path_mtu is not an IBV_MTU_* value");
+    if (raw(a.path_mtu) < IBV_MTU_256 || raw(a.path_mtu) > IBV_MTU_4096)
+      return refuse("IBV_QP_PATH_MTU: path_mtu is not an IBV_MTU_* value");
     if (a.path_mtu > limits.active_mtu)
       return refuse("IBV_QP_PATH_MTU: path_mtu " + std::to_string(*caps::mtu_bytes(a.path_mtu)) +
                     " is above the port's active MTU " + std::to_string(*caps::mtu_bytes(limits.active_mtu)));
@@ -154,7 +167,7 @@ ModifyVerdict check_values(const ibv_qp_attr& a, int mask, const QpLimits& limit
   }
   // We report no IBV_DEVICE_AUTO_PATH_MIG: there is no alternate path to load or arm.
   if (has(kAlt)) return refuse("IBV_QP_ALT_PATH: alternate paths are not supported");
-  if (has(kMig) && a.path_mig_state != IBV_MIG_MIGRATED)
+  if (has(kMig) && raw(a.path_mig_state) != IBV_MIG_MIGRATED)
     return refuse("IBV_QP_PATH_MIG_STATE: only IBV_MIG_MIGRATED (no alternate path)");
   return {};
 }
@@ -176,8 +189,8 @@ std::optional<TransitionMasks> transition_masks(QpType type, ibv_qp_state from, 
 ModifyVerdict validate_modify(QpType type, ibv_qp_state current, const ibv_qp_attr& attr, int mask,
                               const QpLimits& limits) {
   if (mask & ~kKnownMask) return refuse("unknown attribute mask bits " + std::to_string(mask & ~kKnownMask));
-  if (!valid_state(current)) return refuse("the QP's current state is unknown");
-  if ((mask & IBV_QP_STATE) && !valid_state(attr.qp_state))
+  if (!valid_state(raw(current))) return refuse("the QP's current state is unknown");
+  if ((mask & IBV_QP_STATE) && !valid_state(raw(attr.qp_state)))
     return refuse("IBV_QP_STATE: qp_state is not a QP state");
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : current;
   const auto masks = transition_masks(type, current, next);
@@ -186,9 +199,9 @@ ModifyVerdict validate_modify(QpType type, ibv_qp_state current, const ibv_qp_at
                   ((mask & IBV_QP_STATE) ? "" : " (a mask without IBV_QP_STATE modifies in place)"));
   // IBV_QP_CUR_STATE asserts what the caller believes the state to be (it may have missed
   // an asynchronous move to SQE); we know the true state, so a wrong belief is refused.
-  if ((mask & IBV_QP_CUR_STATE) && (masks->optional & IBV_QP_CUR_STATE) && attr.cur_qp_state != current)
-    return refuse(std::string("IBV_QP_CUR_STATE: cur_qp_state ") + state_name(attr.cur_qp_state) +
-                  " but the QP is in " + state_name(current));
+  if ((mask & IBV_QP_CUR_STATE) && (masks->optional & IBV_QP_CUR_STATE) && raw(attr.cur_qp_state) != current)
+    return refuse(std::string("IBV_QP_CUR_STATE: cur_qp_state is not ") + state_name(current) +
+                  ", the QP's state");
   if (const int missing = masks->required & ~mask)
     return refuse(std::string(state_name(current)) + " -> " + state_name(next) + " requires " +
                   first_bit_name(missing) + " (missing: " + names_of(missing) + ")");

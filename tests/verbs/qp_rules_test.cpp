@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cerrno>
+#include <cstring>
 #include <string>
 
 #include "verbs/device_caps.h"
@@ -221,4 +222,53 @@ TEST_CASE("values out of range fail, naming the attribute") {
   a.path_mtu = IBV_MTU_4096;
   CHECK(validate_modify(QpType::Rc, IBV_QPS_INIT, a, rtr, QpLimits{.active_mtu = IBV_MTU_4096}).ok());
   CHECK(validate_modify(QpType::Rc, IBV_QPS_INIT, a, rtr).error == EINVAL);
+}
+
+TEST_CASE("optional masks of the kernel's table, written out") {
+  constexpr int rc_rts = IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH |
+                         IBV_QP_PATH_MIG_STATE | IBV_QP_MIN_RNR_TIMER;
+  CHECK(transition_masks(QpType::Rc, IBV_QPS_RTR, IBV_QPS_RTS)->optional == rc_rts);
+  CHECK(transition_masks(QpType::Rc, IBV_QPS_RTS, IBV_QPS_RTS)->optional == rc_rts);
+  CHECK(transition_masks(QpType::Uc, IBV_QPS_SQD, IBV_QPS_RTS)->optional == (rc_rts & ~IBV_QP_MIN_RNR_TIMER));
+  CHECK(transition_masks(QpType::Ud, IBV_QPS_RTR, IBV_QPS_RTS)->optional == (IBV_QP_CUR_STATE | IBV_QP_QKEY));
+  CHECK(transition_masks(QpType::Ud, IBV_QPS_INIT, IBV_QPS_RTR)->optional == (IBV_QP_PKEY_INDEX | IBV_QP_QKEY));
+  CHECK(transition_masks(QpType::Rc, IBV_QPS_RTS, IBV_QPS_SQD)->optional == IBV_QP_EN_SQD_ASYNC_NOTIFY);
+  CHECK((transition_masks(QpType::Rc, IBV_QPS_SQD, IBV_QPS_SQD)->optional & IBV_QP_PORT) != 0);
+  CHECK((transition_masks(QpType::Uc, IBV_QPS_SQD, IBV_QPS_SQD)->optional & IBV_QP_PORT) == 0);
+  CHECK(transition_masks(QpType::Uc, IBV_QPS_SQE, IBV_QPS_RTS)->optional == (IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS));
+  CHECK_FALSE(transition_masks(QpType::Rc, IBV_QPS_RTR, IBV_QPS_RTR));
+  CHECK_FALSE(transition_masks(QpType::Ud, IBV_QPS_SQE, IBV_QPS_SQE));
+}
+
+TEST_CASE("alternate paths are refused; path migration state only MIGRATED") {
+  ibv_qp_attr a = good_attr(IBV_QPS_RTS, IBV_QPS_RTS);
+  auto v = validate_modify(QpType::Rc, IBV_QPS_RTS, a, IBV_QP_ALT_PATH);
+  CHECK(v.error == EINVAL);
+  CHECK(v.reason.rfind("IBV_QP_ALT_PATH", 0) == 0);
+  CHECK(validate_modify(QpType::Rc, IBV_QPS_RTS, a, IBV_QP_PATH_MIG_STATE).ok());
+  a.path_mig_state = IBV_MIG_REARM;
+  v = validate_modify(QpType::Rc, IBV_QPS_RTS, a, IBV_QP_PATH_MIG_STATE);
+  CHECK(v.error == EINVAL);
+  CHECK(v.reason.rfind("IBV_QP_PATH_MIG_STATE", 0) == 0);
+}
+
+TEST_CASE("enum fields holding values outside their enums are refused") {
+  // The attributes come from another process: write raw integers into the enum fields.
+  const auto poke = [](auto& field, unsigned value) { std::memcpy(&field, &value, sizeof value); };
+  const int rtr = IBV_QP_STATE | transition_masks(QpType::Rc, IBV_QPS_INIT, IBV_QPS_RTR)->required;
+  ibv_qp_attr a = good_attr(IBV_QPS_RTR, IBV_QPS_INIT);
+  poke(a.qp_state, 100);
+  auto v = validate_modify(QpType::Rc, IBV_QPS_INIT, a, rtr);
+  CHECK(v.error == EINVAL);
+  CHECK(v.reason.rfind("IBV_QP_STATE", 0) == 0);
+  a = good_attr(IBV_QPS_RTR, IBV_QPS_INIT);
+  poke(a.path_mtu, 0xFFFFFFFF);
+  v = validate_modify(QpType::Rc, IBV_QPS_INIT, a, rtr);
+  CHECK(v.error == EINVAL);
+  CHECK(v.reason.rfind("IBV_QP_PATH_MTU", 0) == 0);
+  a = good_attr(IBV_QPS_RTS, IBV_QPS_RTS);
+  poke(a.cur_qp_state, 1000);
+  CHECK(validate_modify(QpType::Rc, IBV_QPS_RTS, a, IBV_QP_CUR_STATE).error == EINVAL);
+  poke(a.path_mig_state, 77);
+  CHECK(validate_modify(QpType::Rc, IBV_QPS_RTS, a, IBV_QP_PATH_MIG_STATE).error == EINVAL);
 }
