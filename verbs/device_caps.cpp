@@ -24,10 +24,9 @@ ibv_device_attr device_attributes() {
   a.vendor_id = 0;         // no IEEE OUI of our own
   a.max_qp = static_cast<int>(kMaxQp);
   a.max_qp_wr = static_cast<int>(kMaxQpWr);
-  // No RESIZE_MAX_WR, no AUTO_PATH_MIG (no alternate paths), no port/sys-image GUIDs to
-  // change: only what the engine does.
-  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SHUTDOWN_PORT |
-                       IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ;
+  // Only what the engine does: it sends RNR NAKs when no receive is posted. No RESIZE_MAX_WR,
+  // no AUTO_PATH_MIG (no alternate paths), no SRQ resize or CQ notify-N until they are built.
+  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
   a.max_sge = static_cast<int>(kMaxSgePerWr);
   a.max_sge_rd = static_cast<int>(kMaxSgePerWr);
   a.max_cq = static_cast<int>(kMaxCq);
