@@ -7,45 +7,9 @@ namespace rrdma::rocev2 {
 
 namespace {
 
-// One checked constructor for every view: the view covers exactly View::kLength bytes.
-template <typename View>
-std::optional<View> checked(ByteSpan bytes, View (*make)(ByteSpan)) {
-  if (bytes.size() < View::kLength) return std::nullopt;
-  return make(bytes.first(View::kLength));
-}
-
 constexpr std::uint8_t bit(bool b, unsigned shift) { return static_cast<std::uint8_t>(b ? 1u << shift : 0u); }
 
 }  // namespace
-
-// A lambda inside a member function may call the private constructor.
-std::optional<BthView> BthView::check(ByteSpan b) {
-  return checked<BthView>(b, [](ByteSpan s) { return BthView(s); });
-}
-std::optional<RethView> RethView::check(ByteSpan b) {
-  return checked<RethView>(b, [](ByteSpan s) { return RethView(s); });
-}
-std::optional<AethView> AethView::check(ByteSpan b) {
-  return checked<AethView>(b, [](ByteSpan s) { return AethView(s); });
-}
-std::optional<AtomicEthView> AtomicEthView::check(ByteSpan b) {
-  return checked<AtomicEthView>(b, [](ByteSpan s) { return AtomicEthView(s); });
-}
-std::optional<AtomicAckEthView> AtomicAckEthView::check(ByteSpan b) {
-  return checked<AtomicAckEthView>(b, [](ByteSpan s) { return AtomicAckEthView(s); });
-}
-std::optional<DethView> DethView::check(ByteSpan b) {
-  return checked<DethView>(b, [](ByteSpan s) { return DethView(s); });
-}
-std::optional<ImmDtView> ImmDtView::check(ByteSpan b) {
-  return checked<ImmDtView>(b, [](ByteSpan s) { return ImmDtView(s); });
-}
-std::optional<IethView> IethView::check(ByteSpan b) {
-  return checked<IethView>(b, [](ByteSpan s) { return IethView(s); });
-}
-std::optional<FethView> FethView::check(ByteSpan b) {
-  return checked<FethView>(b, [](ByteSpan s) { return FethView(s); });
-}
 
 Bth parse(const BthView& v) {
   return Bth{.opcode = v.opcode(),

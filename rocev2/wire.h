@@ -20,10 +20,27 @@
 
 namespace rrdma::rocev2 {
 
-// Base Transport Header (IBA ch. 9), 12 bytes.
-class BthView {
+// What every header view shares: check() is the only way to make one, and the view then
+// covers exactly Length bytes, so no accessor of `View` can read outside its header.
+template <typename View, std::size_t Length>
+class FixedLengthView {
  public:
-  static constexpr std::size_t kLength = kBthLength;
+  static constexpr std::size_t kLength = Length;
+  // nullopt if `bytes` is too short.
+  static std::optional<View> check(ByteSpan bytes) {
+    if (bytes.size() < kLength) return std::nullopt;
+    return View(bytes.first(kLength));
+  }
+  ByteSpan bytes() const { return b_; }
+
+ protected:
+  explicit FixedLengthView(ByteSpan b) : b_(b) {}
+  ByteSpan b_;
+};
+
+// Base Transport Header (IBA ch. 9), 12 bytes.
+class BthView : public FixedLengthView<BthView, kBthLength> {
+ public:
   // Field offsets (IBA ch. 9, BTH).
   static constexpr std::size_t kOpcodeAt = 0;
   static constexpr std::size_t kFlagsAt = 1;  // SE, M, PadCnt, TVer
@@ -33,8 +50,6 @@ class BthView {
   static constexpr std::size_t kDestQpAt = 5;
   static constexpr std::size_t kAckReqAt = 8;  // A, then 7 reserved bits
   static constexpr std::size_t kPsnAt = 9;
-  // nullopt if `bytes` is too short; the view covers exactly kLength bytes.
-  static std::optional<BthView> check(ByteSpan bytes);
 
   Opcode opcode() const { return Opcode{b_[kOpcodeAt]}; }
   bool solicited() const { return (b_[kFlagsAt] & 0x80) != 0; }
@@ -47,141 +62,116 @@ class BthView {
   Qpn dest_qp() const { return Qpn{load_be24(b_, kDestQpAt)}; }
   bool ack_req() const { return (b_[kAckReqAt] & 0x80) != 0; }
   Psn psn() const { return Psn{load_be24(b_, kPsnAt)}; }
-  ByteSpan bytes() const { return b_; }
 
  private:
-  explicit BthView(ByteSpan b) : b_(b) {}
-  ByteSpan b_;
+  friend FixedLengthView;
+  explicit BthView(ByteSpan b) : FixedLengthView(b) {}
 };
 
 // RDMA Extended Transport Header (IBA ch. 9), 16 bytes.
-class RethView {
+class RethView : public FixedLengthView<RethView, kRethLength> {
  public:
-  static constexpr std::size_t kLength = kRethLength;
   // Field offsets (IBA ch. 9).
   static constexpr std::size_t kVirtualAddressAt = 0;
   static constexpr std::size_t kRkeyAt = 8;
   static constexpr std::size_t kDmaLengthAt = 12;
-  static std::optional<RethView> check(ByteSpan bytes);
   std::uint64_t virtual_address() const { return load_be64(b_, kVirtualAddressAt); }
   Rkey rkey() const { return Rkey{load_be32(b_, kRkeyAt)}; }
   std::uint32_t dma_length() const { return load_be32(b_, kDmaLengthAt); }
-  ByteSpan bytes() const { return b_; }
 
  private:
-  explicit RethView(ByteSpan b) : b_(b) {}
-  ByteSpan b_;
+  friend FixedLengthView;
+  explicit RethView(ByteSpan b) : FixedLengthView(b) {}
 };
 
 // ACK Extended Transport Header (IBA ch. 9), 4 bytes.
-class AethView {
+class AethView : public FixedLengthView<AethView, kAethLength> {
  public:
-  static constexpr std::size_t kLength = kAethLength;
   // Field offsets (IBA ch. 9).
   static constexpr std::size_t kSyndromeAt = 0;
   static constexpr std::size_t kMsnAt = 1;
-  static std::optional<AethView> check(ByteSpan bytes);
   std::uint8_t syndrome() const { return b_[kSyndromeAt]; }
   Msn msn() const { return Msn{load_be24(b_, kMsnAt)}; }
-  ByteSpan bytes() const { return b_; }
 
  private:
-  explicit AethView(ByteSpan b) : b_(b) {}
-  ByteSpan b_;
+  friend FixedLengthView;
+  explicit AethView(ByteSpan b) : FixedLengthView(b) {}
 };
 
 // Atomic Extended Transport Header (IBA ch. 9), 28 bytes.
-class AtomicEthView {
+class AtomicEthView : public FixedLengthView<AtomicEthView, kAtomicEthLength> {
  public:
-  static constexpr std::size_t kLength = kAtomicEthLength;
   // Field offsets (IBA ch. 9).
   static constexpr std::size_t kVirtualAddressAt = 0;
   static constexpr std::size_t kRkeyAt = 8;
   static constexpr std::size_t kSwapAddAt = 12;
   static constexpr std::size_t kCompareAt = 20;
-  static std::optional<AtomicEthView> check(ByteSpan bytes);
   std::uint64_t virtual_address() const { return load_be64(b_, kVirtualAddressAt); }
   Rkey rkey() const { return Rkey{load_be32(b_, kRkeyAt)}; }
   std::uint64_t swap_add() const { return load_be64(b_, kSwapAddAt); }
   std::uint64_t compare() const { return load_be64(b_, kCompareAt); }
-  ByteSpan bytes() const { return b_; }
 
  private:
-  explicit AtomicEthView(ByteSpan b) : b_(b) {}
-  ByteSpan b_;
+  friend FixedLengthView;
+  explicit AtomicEthView(ByteSpan b) : FixedLengthView(b) {}
 };
 
 // Atomic ACK Extended Transport Header (IBA ch. 9), 8 bytes.
-class AtomicAckEthView {
+class AtomicAckEthView : public FixedLengthView<AtomicAckEthView, kAtomicAckEthLength> {
  public:
-  static constexpr std::size_t kLength = kAtomicAckEthLength;
   // Field offsets (IBA ch. 9).
   static constexpr std::size_t kOriginalDataAt = 0;
-  static std::optional<AtomicAckEthView> check(ByteSpan bytes);
   std::uint64_t original_data() const { return load_be64(b_, kOriginalDataAt); }
-  ByteSpan bytes() const { return b_; }
 
  private:
-  explicit AtomicAckEthView(ByteSpan b) : b_(b) {}
-  ByteSpan b_;
+  friend FixedLengthView;
+  explicit AtomicAckEthView(ByteSpan b) : FixedLengthView(b) {}
 };
 
 // Datagram Extended Transport Header (IBA ch. 9), 8 bytes: Q_Key, 1 reserved byte, source QP.
-class DethView {
+class DethView : public FixedLengthView<DethView, kDethLength> {
  public:
-  static constexpr std::size_t kLength = kDethLength;
   // Field offsets (IBA ch. 9).
   static constexpr std::size_t kQkeyAt = 0;
   static constexpr std::size_t kReservedAt = 4;
   static constexpr std::size_t kSrcQpAt = 5;
-  static std::optional<DethView> check(ByteSpan bytes);
   Qkey qkey() const { return Qkey{load_be32(b_, kQkeyAt)}; }
   Qpn src_qp() const { return Qpn{load_be24(b_, kSrcQpAt)}; }
-  ByteSpan bytes() const { return b_; }
 
  private:
-  explicit DethView(ByteSpan b) : b_(b) {}
-  ByteSpan b_;
+  friend FixedLengthView;
+  explicit DethView(ByteSpan b) : FixedLengthView(b) {}
 };
 
 // Immediate data (IBA ch. 9, ImmDt), 4 bytes. The value is the big-endian reading of the four
 // bytes, as Wireshark shows it; ibv_wc.imm_data (a __be32) is its htobe32().
-class ImmDtView {
+class ImmDtView : public FixedLengthView<ImmDtView, kImmLength> {
  public:
-  static constexpr std::size_t kLength = kImmLength;
-  static std::optional<ImmDtView> check(ByteSpan bytes);
   std::uint32_t value() const { return load_be32(b_, 0); }
-  ByteSpan bytes() const { return b_; }
 
  private:
-  explicit ImmDtView(ByteSpan b) : b_(b) {}
-  ByteSpan b_;
+  friend FixedLengthView;
+  explicit ImmDtView(ByteSpan b) : FixedLengthView(b) {}
 };
 
 // Invalidate Extended Transport Header (IBA ch. 9, IETH), 4 bytes: the R_Key to invalidate.
-class IethView {
+class IethView : public FixedLengthView<IethView, kIethLength> {
  public:
-  static constexpr std::size_t kLength = kIethLength;
-  static std::optional<IethView> check(ByteSpan bytes);
   Rkey rkey() const { return Rkey{load_be32(b_, 0)}; }
-  ByteSpan bytes() const { return b_; }
 
  private:
-  explicit IethView(ByteSpan b) : b_(b) {}
-  ByteSpan b_;
+  friend FixedLengthView;
+  explicit IethView(ByteSpan b) : FixedLengthView(b) {}
 };
 
 // FLUSH Extended Transport Header (IBA release 1.5, Annex A19), 4 bytes, kept whole.
-class FethView {
+class FethView : public FixedLengthView<FethView, kFethLength> {
  public:
-  static constexpr std::size_t kLength = kFethLength;
-  static std::optional<FethView> check(ByteSpan bytes);
   std::uint32_t bits() const { return load_be32(b_, 0); }
-  ByteSpan bytes() const { return b_; }
 
  private:
-  explicit FethView(ByteSpan b) : b_(b) {}
-  ByteSpan b_;
+  friend FixedLengthView;
+  explicit FethView(ByteSpan b) : FixedLengthView(b) {}
 };
 
 // View -> value. Reserved bits are ignored on receive and written as zero on emit.
