@@ -113,12 +113,21 @@ void Engine::Impl::retry_missing_response(Qp& qp, Instant now) {
   retransmit_from(qp, from, now, "response missing");
 }
 
+// Takes the acknowledgement of everything through `last` that every response carries. False
+// when a READ / atomic response before `last` is missing (it has been asked for again): the
+// rest of the response must then be left alone.
+bool Engine::Impl::acknowledge_through(Qp& qp, Psn last, Instant now) {
+  bool progressed = false;
+  const AckStop stop = ack_through(qp, last, progressed);
+  if (progressed) after_progress(qp, now);
+  if (stop == AckStop::Done) return true;
+  retry_missing_response(qp, now);
+  return false;
+}
+
 void Engine::Impl::on_ack(Qp& qp, const TransportPacket& p, Instant now) {
   observe(qp, p.bth, PacketDecision::AckReceived, "ACK");
-  bool progressed = false;
-  const AckStop stop = ack_through(qp, p.bth.psn, progressed);
-  if (progressed) after_progress(qp, now);
-  if (stop == AckStop::MissingResponse) retry_missing_response(qp, now);
+  acknowledge_through(qp, p.bth.psn, now);
 }
 
 // RNR NAK (IBA ch. 9): the responder had no receive WQE. Wait the time it asked for, then
@@ -127,13 +136,7 @@ void Engine::Impl::on_rnr_nak(Qp& qp, const TransportPacket& p, Instant now) {
   ++counters_.rnr_naks_received;
   observe(qp, p.bth, PacketDecision::NakReceived, "RNR NAK");
   Requester& r = qp.req;
-  bool progressed = false;
-  const AckStop stop = ack_through(qp, p.bth.psn - 1, progressed);
-  if (progressed) after_progress(qp, now);
-  if (stop == AckStop::MissingResponse) {
-    retry_missing_response(qp, now);
-    return;
-  }
+  if (!acknowledge_through(qp, p.bth.psn - 1, now)) return;
   if (r.sq.empty() || !r.sq.front().contains(p.bth.psn)) return;
   if (r.rnr_retries_left == 0) {
     fail_front(qp, WcStatus::RnrRetryExcErr, "RNR retry counter exceeded");
@@ -157,13 +160,7 @@ WcStatus status_for_nak(std::uint8_t code) {
 }
 
 // Whether `op` is the right READ response opcode for packet k of n.
-bool read_response_fits(Opcode op, std::uint32_t k, std::uint32_t n) {
-  const Opcode want = n == 1 ? Opcode::RcReadResponseOnly
-                      : k == 0     ? Opcode::RcReadResponseFirst
-                      : k + 1 == n ? Opcode::RcReadResponseLast
-                                   : Opcode::RcReadResponseMiddle;
-  return op == want;
-}
+bool read_response_fits(Opcode op, std::uint32_t k, std::uint32_t n) { return op == read_response_opcode(k, n); }
 
 }  // namespace
 
@@ -171,14 +168,8 @@ void Engine::Impl::on_nak(Qp& qp, const TransportPacket& p, Instant now) {
   ++counters_.naks_received;
   observe(qp, p.bth, PacketDecision::NakReceived, "NAK");
   Requester& r = qp.req;
-  bool progressed = false;
   // The NAK's PSN is the request it refers to; everything before it arrived (IBA 9.7.5.1.2).
-  const AckStop stop = ack_through(qp, p.bth.psn - 1, progressed);
-  if (progressed) after_progress(qp, now);
-  if (stop == AckStop::MissingResponse) {
-    retry_missing_response(qp, now);
-    return;
-  }
+  if (!acknowledge_through(qp, p.bth.psn - 1, now)) return;
   if (r.sq.empty() || !r.sq.front().contains(p.bth.psn)) return;
   const std::uint8_t code = syndrome_value(p.aeth->syndrome);
   if (code == static_cast<std::uint8_t>(NakCode::PsnSequenceError)) {
@@ -193,13 +184,7 @@ void Engine::Impl::on_nak(Qp& qp, const TransportPacket& p, Instant now) {
 void Engine::Impl::on_read_response(Qp& qp, const TransportPacket& p, Instant now) {
   Requester& r = qp.req;
   const Psn psn = p.bth.psn;
-  bool progressed = false;
-  const AckStop stop = ack_through(qp, psn - 1, progressed);
-  if (progressed) after_progress(qp, now);
-  if (stop == AckStop::MissingResponse) {
-    retry_missing_response(qp, now);
-    return;
-  }
+  if (!acknowledge_through(qp, psn - 1, now)) return;
   if (r.sq.empty() || !r.sq.front().is_read() || !r.sq.front().contains(psn)) {
     ++counters_.ghost_responses;
     observe(qp, p.bth, PacketDecision::Ignored, "READ response for no outstanding READ");
@@ -238,13 +223,7 @@ void Engine::Impl::on_read_response(Qp& qp, const TransportPacket& p, Instant no
 void Engine::Impl::on_atomic_ack(Qp& qp, const TransportPacket& p, Instant now) {
   Requester& r = qp.req;
   const Psn psn = p.bth.psn;
-  bool progressed = false;
-  const AckStop stop = ack_through(qp, psn - 1, progressed);
-  if (progressed) after_progress(qp, now);
-  if (stop == AckStop::MissingResponse) {
-    retry_missing_response(qp, now);
-    return;
-  }
+  if (!acknowledge_through(qp, psn - 1, now)) return;
   if (r.sq.empty() || !r.sq.front().is_atomic() || !r.sq.front().contains(psn)) {
     ++counters_.ghost_responses;
     observe(qp, p.bth, PacketDecision::Ignored, "atomic ACK for no outstanding atomic");

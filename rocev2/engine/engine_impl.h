@@ -23,6 +23,19 @@ inline constexpr std::uint32_t kPacketsPerAckReq = 64;
 // The responder acknowledges at least every this many packets even without AckReq.
 inline constexpr std::uint32_t kPacketsPerAck = 64;
 
+// Packets of a message of `length` bytes at path MTU `mtu`; a zero-length message takes one.
+inline std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
+  return length == 0 ? 1 : static_cast<std::uint32_t>((length + mtu - 1) / mtu);
+}
+
+// The opcode of READ response k of n: FIRST MIDDLE* LAST, or ONLY (IBA ch. 9).
+inline Opcode read_response_opcode(std::uint32_t k, std::uint32_t n) {
+  return n == 1 ? Opcode::RcReadResponseOnly
+       : k == 0     ? Opcode::RcReadResponseFirst
+       : k + 1 == n ? Opcode::RcReadResponseLast
+                    : Opcode::RcReadResponseMiddle;
+}
+
 // Why the responder refuses a request (the IBA ch. 9 responder error classes, as rxe
 // names them: A, C, D, D1, E).
 struct Verdict {
@@ -97,6 +110,7 @@ class Engine::Impl {
   bool response_in_window(const Requester& r, Psn psn) const;
   enum class AckStop : std::uint8_t { Done, MissingResponse };
   AckStop ack_through(Qp& qp, Psn last, bool& progressed);
+  bool acknowledge_through(Qp& qp, Psn last, Instant now);
   void after_progress(Qp& qp, Instant now);
   void pop_front(Qp& qp, WcStatus status);
   void retry_missing_response(Qp& qp, Instant now);

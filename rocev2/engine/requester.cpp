@@ -41,10 +41,6 @@ bool is_send(WrOpcode op) {
   return op == WrOpcode::Send || op == WrOpcode::SendWithImm || op == WrOpcode::SendWithInv;
 }
 
-std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
-  return length == 0 ? 1 : static_cast<std::uint32_t>((length + mtu - 1) / mtu);
-}
-
 }  // namespace
 
 void Engine::Impl::pump(Qp& qp, Instant now) {

@@ -11,10 +11,6 @@ namespace rrdma::rocev2 {
 
 namespace {
 
-std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
-  return length == 0 ? 1 : static_cast<std::uint32_t>((length + mtu - 1) / mtu);
-}
-
 Msn next(Msn m) { return Msn(m.value() + 1); }
 
 // IBA ch. 9: a message carries at most 2^31 bytes.
@@ -181,23 +177,23 @@ Verdict Engine::Impl::check_length(const Qp& qp, const TransportPacket& p, Opcod
 // Takes the next receive WQE (or the one a dropped UC message left behind) for a message.
 Verdict Engine::Impl::take_receive_wqe(Qp& qp) {
   Responder& s = qp.resp;
+  LocalCheck c = LocalCheck::Ok;
   if (s.recv_held) {
     s.recv_held = false;
   } else {
     const RecvWr* wr = qp.rq->front();
     if (!wr) return Verdict::rnr();
     s.recv_wr_id = wr->wr_id;
-    const LocalCheck c = resolve_sges(mrs_, qp.pd, wr->sg_list, true, s.recv_sges);
+    c = resolve_sges(mrs_, qp.pd, wr->sg_list, true, s.recv_sges);
     qp.rq->pop();
-    s.in_progress = Responder::InProgress::Send;
-    s.recv_offset = 0;
-    if (c != LocalCheck::Ok) {
-      s.recv_sges.clear();
-      return Verdict::operational_error("receive WQE's memory not accessible", WcStatus::LocProtErr);
-    }
   }
+  // The message owns the WQE from here on, even when refused: refuse() fails it.
   s.in_progress = Responder::InProgress::Send;
   s.recv_offset = 0;
+  if (c != LocalCheck::Ok) {
+    s.recv_sges.clear();
+    return Verdict::operational_error("receive WQE's memory not accessible", WcStatus::LocProtErr);
+  }
   return Verdict::ok();
 }
 
@@ -330,10 +326,7 @@ bool Engine::Impl::send_read_responses(Qp& qp, const MrFacts* mr, std::uint64_t 
   const std::uint32_t n = packets_for(length, mtu);
   for (std::uint32_t k = 0; k < n; ++k) {
     TransportPacket out;
-    out.bth.opcode = n == 1 ? Opcode::RcReadResponseOnly
-                     : k == 0     ? Opcode::RcReadResponseFirst
-                     : k + 1 == n ? Opcode::RcReadResponseLast
-                                  : Opcode::RcReadResponseMiddle;
+    out.bth.opcode = read_response_opcode(k, n);
     out.bth.dest_qp = qp.attr.dest_qpn;
     out.bth.psn = first + k;
     if (opcode_info(out.bth.opcode).flags.has(OpcodeFlags::kAeth)) out.aeth = Aeth{ack_syndrome(), qp.resp.msn};
