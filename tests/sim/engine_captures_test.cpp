@@ -47,6 +47,16 @@ void check_same(const Captured& ours, const CapturedRoce& theirs) {
   CHECK(p.deth.has_value() == t.deth.has_value());
 }
 
+// What `from` sent since the last look: exactly `count` packets, the same as rxe's frames
+// rxe[first] .. rxe[first + count - 1].
+std::vector<Captured> take_matching(Side& from, std::size_t count, const std::vector<CapturedRoce>& rxe,
+                                    std::size_t first) {
+  std::vector<Captured> sent = from.host.take_sent();
+  REQUIRE(sent.size() == count);
+  for (std::size_t i = 0; i < count; ++i) check_same(sent[i], rxe[first + i]);
+  return sent;
+}
+
 // A pair whose PSNs start where the capture's do (client a = 10.77.0.3, server b = 10.77.0.2).
 void restart_psns(Pair& p, Psn client, Psn server) {
   QpAttr attr;
@@ -69,13 +79,8 @@ TEST_CASE("RC SEND of 3000 bytes matches rxe_rc_pingpong") {
   const MrFacts dst = p.b.memory.add(p.b.pd, access::kLocalWrite, 4096, 0x20000);
   p.b.engine.post_recv(p.b.qpn, recv_wr(1, dst, 4096));
   p.a.engine.post_send(p.a.qpn, send_wr(1, WrOpcode::Send, src, 3000), p.now);
-  const std::vector<Captured> request = p.a.host.take_sent();
-  REQUIRE(request.size() == 3);
-  for (std::size_t i = 0; i < 3; ++i) check_same(request[i], rxe[i]);
-  p.deliver(p.a, p.b, request);
-  const std::vector<Captured> ack = p.b.host.take_sent();
-  REQUIRE(ack.size() == 1);
-  check_same(ack[0], rxe[3]);
+  p.deliver(p.a, p.b, take_matching(p.a, 3, rxe, 0));
+  take_matching(p.b, 1, rxe, 3);
 }
 
 TEST_CASE("RDMA WRITE of 10000 bytes matches rxe_write_bw") {
@@ -88,14 +93,9 @@ TEST_CASE("RDMA WRITE of 10000 bytes matches rxe_write_bw") {
   wr.remote_addr = dst.base;
   wr.rkey = dst.rkey;
   p.a.engine.post_send(p.a.qpn, wr, p.now);
-  const std::vector<Captured> request = p.a.host.take_sent();
-  REQUIRE(request.size() == 10);
-  for (std::size_t i = 0; i < 10; ++i) check_same(request[i], rxe[i]);
-  p.deliver(p.a, p.b, request);
-  const std::vector<Captured> ack = p.b.host.take_sent();
-  REQUIRE(ack.size() == 1);
+  p.deliver(p.a, p.b, take_matching(p.a, 10, rxe, 0));
   // rxe's ACK of the first WRITE is frame 51: PSN of its LAST, MSN 1.
-  check_same(ack[0], rxe[50]);
+  take_matching(p.b, 1, rxe, 50);
 }
 
 TEST_CASE("RDMA READ of 10000 bytes matches rxe_read_bw") {
@@ -108,15 +108,9 @@ TEST_CASE("RDMA READ of 10000 bytes matches rxe_read_bw") {
   wr.remote_addr = src.base;
   wr.rkey = src.rkey;
   p.a.engine.post_send(p.a.qpn, wr, p.now);
-  const std::vector<Captured> request = p.a.host.take_sent();
-  REQUIRE(request.size() == 1);
-  check_same(request[0], rxe[0]);
-  p.deliver(p.a, p.b, request);
-  const std::vector<Captured> responses = p.b.host.take_sent();
-  REQUIRE(responses.size() == 10);
+  p.deliver(p.a, p.b, take_matching(p.a, 1, rxe, 0));
   // Frames 6..15: FIRST (AETH, MSN 1), 8 × MIDDLE, LAST (AETH, MSN 1).
-  for (std::size_t i = 0; i < 10; ++i) check_same(responses[i], rxe[5 + i]);
-  p.deliver(p.b, p.a, responses);
+  p.deliver(p.b, p.a, take_matching(p.b, 10, rxe, 5));
   REQUIRE(p.a.host.completions.size() == 1);
   CHECK(p.a.host.completions[0].status == WcStatus::Success);
   CHECK(p.a.host.completions[0].byte_len == 10000);
@@ -133,14 +127,10 @@ TEST_CASE("FETCH_ADD matches rxe_atomic_bw") {
   wr.rkey = remote.rkey;
   wr.compare_add = rxe[0].frame.packet.atomic_eth->swap_add;
   p.a.engine.post_send(p.a.qpn, wr, p.now);
-  const std::vector<Captured> request = p.a.host.take_sent();
-  REQUIRE(request.size() == 1);
-  check_same(request[0], rxe[0]);
+  const std::vector<Captured> request = take_matching(p.a, 1, rxe, 0);
   CHECK(request[0].packet.atomic_eth->compare == rxe[0].frame.packet.atomic_eth->compare);
   p.deliver(p.a, p.b, request);
-  const std::vector<Captured> ack = p.b.host.take_sent();
-  REQUIRE(ack.size() == 1);
-  check_same(ack[0], rxe[5]);  // frame 6: ATOMIC_ACKNOWLEDGE of the first FETCH_ADD, MSN 1
+  take_matching(p.b, 1, rxe, 5);  // frame 6: ATOMIC_ACKNOWLEDGE of the first FETCH_ADD, MSN 1
 }
 
 }  // namespace
