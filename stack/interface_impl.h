@@ -54,6 +54,9 @@ struct Interface::Impl final : ArpCacheClient {
   void receive_udp(const EthernetView& frame, const Ipv4View& ip, Instant now);
   void answer_echo(const Ipv4View& ip, const IcmpMessage& request, Instant now);
   void send_port_unreachable(const Ipv4View& ip, Instant now);
+  // Sends `message` from our address, counting `sent` unless it has no route.
+  void send_icmp(Ipv4Address destination, const IcmpMessage& message, std::uint8_t dscp, Stat sent,
+                 Instant now);
   // A frame buffer with room for Ethernet and an IPv4 header for `header`, header emitted
   // (identification assigned); the caller writes the payload after it.
   PendingPacket start_ipv4_packet(Ipv4Header& header);

@@ -88,17 +88,7 @@ void Interface::Impl::answer_echo(const Ipv4View& ip, const IcmpMessage& request
   IcmpMessage reply = request;
   reply.type = IcmpType::echo_reply;
   reply.code = 0;
-  Ipv4Header header;
-  header.source = config.address;
-  header.destination = ip.source();
-  header.protocol = IpProtocol::icmp;
-  header.payload_length = static_cast<std::uint16_t>(reply.length());
-  header.dont_fragment = false;  // as Linux answers (see tests/data/kernel_arp_icmp.pcapng)
-  PendingPacket packet = start_ipv4_packet(header);
-  reply.emit(MutableByteSpan(packet).subspan(headroom));
-  if (send_ipv4(header.destination, std::move(packet), now) != SendResult::unroutable) {
-    count(Stat::icmp_tx_echo_replies);
-  }
+  send_icmp(ip.source(), reply, 0, Stat::icmp_tx_echo_replies, now);
 }
 
 void Interface::Impl::receive_udp(const EthernetView& frame, const Ipv4View& ip, Instant now) {
@@ -133,18 +123,21 @@ void Interface::Impl::send_port_unreachable(const Ipv4View& ip, Instant now) {
   message.type = IcmpType::destination_unreachable;
   message.code = static_cast<std::uint8_t>(UnreachableCode::port);
   message.data = ip.bytes().first(ip.header_length() + std::min<std::size_t>(8, ip.payload().size()));
+  send_icmp(ip.source(), message, icmp_error_dscp, Stat::icmp_tx_port_unreachable, now);
+}
+
+void Interface::Impl::send_icmp(Ipv4Address destination, const IcmpMessage& message, std::uint8_t dscp,
+                                Stat sent, Instant now) {
   Ipv4Header header;
   header.source = config.address;
-  header.destination = ip.source();
+  header.destination = destination;
   header.protocol = IpProtocol::icmp;
   header.payload_length = static_cast<std::uint16_t>(message.length());
-  header.dont_fragment = false;
-  header.dscp = icmp_error_dscp;
+  header.dont_fragment = false;  // as Linux sends ICMP (its echo replies in tests/data/kernel_arp_icmp.pcapng)
+  header.dscp = dscp;
   PendingPacket packet = start_ipv4_packet(header);
   message.emit(MutableByteSpan(packet).subspan(headroom));
-  if (send_ipv4(header.destination, std::move(packet), now) != SendResult::unroutable) {
-    count(Stat::icmp_tx_port_unreachable);
-  }
+  if (send_ipv4(destination, std::move(packet), now) != SendResult::unroutable) count(sent);
 }
 
 PendingPacket Interface::Impl::start_ipv4_packet(Ipv4Header& header) {
