@@ -76,7 +76,7 @@ TEST_CASE("RC SEND of 3000 bytes at MTU 1024 is FIRST, MIDDLE, LAST with AckReq 
   CHECK(p.a.observer.completions[0].wr_id == 5);
 }
 
-TEST_CASE("an unsignaled SEND completes silently; the signaled one after it is reported") {
+TEST_CASE("an unsignaled SEND completes silently and the signaled one after it is reported") {
   SendSetup s(100);
   Pair& p = s.pair;
   p.b.engine.post_recv(p.b.qpn, recv_wr(1, s.dst, 4096));
@@ -231,7 +231,7 @@ TEST_CASE("rnr_retry 0: the first RNR NAK fails the WQE with RNR retry exceeded"
   CHECK(p.a.state() == QpState::Err);
 }
 
-TEST_CASE("RDMA READ: a lost response is asked for again; a duplicate READ is executed again") {
+TEST_CASE("RDMA READ: a lost response is asked for again and a duplicate READ is executed again") {
   Pair p;
   const MrFacts remote = p.b.memory.add(p.b.pd, access::kLocalWrite | access::kRemoteRead, 3000, 0x50000);
   const MrFacts local = p.a.memory.add(p.a.pd, access::kLocalWrite, 3000, 0x60000);
@@ -289,7 +289,7 @@ TEST_CASE("RDMA READ: a lost response is asked for again; a duplicate READ is ex
   }
 }
 
-TEST_CASE("an atomic is executed once; its duplicate is answered from the replay cache") {
+TEST_CASE("an atomic is executed once and its duplicate is answered from the replay cache") {
   Pair p;
   const MrFacts remote = p.b.memory.add(p.b.pd, access::kLocalWrite | access::kRemoteAtomic, 64, 0x70000);
   const MrFacts local = p.a.memory.add(p.a.pd, access::kLocalWrite, 8, 0x80000);
@@ -439,7 +439,7 @@ TEST_CASE("a silent peer: retransmit on every timeout, then retry exceeded and f
   CHECK(p.a.engine.counters().timeouts == 3);
 }
 
-TEST_CASE("moving to ERR flushes every send and receive WQE; later posts complete flushed") {
+TEST_CASE("moving to ERR flushes every send and receive WQE and later posts complete flushed") {
   SendSetup s(100);
   Pair& p = s.pair;
   p.b.engine.post_recv(p.b.qpn, recv_wr(1, s.dst, 100));
@@ -472,7 +472,7 @@ TEST_CASE("moving to ERR flushes every send and receive WQE; later posts complet
   CHECK(p.b.engine.counters().wrong_state == 1);
 }
 
-TEST_CASE("max_rd_atomic bounds outstanding READs; a fenced WQE waits for them") {
+TEST_CASE("max_rd_atomic bounds outstanding READs and a fenced WQE waits for them") {
   QpAttr tweak;
   tweak.max_rd_atomic = 1;
   Pair p(QpType::Rc, 1024, tweak, qp_attr::kMaxQpRdAtomic);

@@ -8,7 +8,7 @@
 namespace rrdma::test {
 namespace {
 
-TEST_CASE("two RC QPs share one SRQ; an error on one leaves the SRQ to the other") {
+TEST_CASE("two RC QPs share one SRQ and an error on one leaves the SRQ to the other") {
   Pair p;
   FifoReceiveQueue srq(8);
   // Two more QPs on each side; B's take their receives from the SRQ.

@@ -51,7 +51,7 @@ TEST_CASE("UC SEND of 2000 bytes: FIRST and LAST as rxe sends them, completed wi
   CHECK(std::equal(data.begin(), data.end(), p.b.memory.bytes(dst).begin()));
 }
 
-TEST_CASE("UC: a PSN gap drops the message in progress; the next message takes its receive WQE") {
+TEST_CASE("UC: a PSN gap drops the message in progress and the next message takes its receive WQE") {
   Pair p(QpType::Uc);
   const MrFacts src = p.a.memory.add(p.a.pd, access::kLocalWrite, 3000, 0x10000);
   const MrFacts dst = p.b.memory.add(p.b.pd, access::kLocalWrite, 4096, 0x20000);
@@ -139,7 +139,7 @@ struct UdPair {
   }
 };
 
-TEST_CASE("UD SEND of 512 bytes: SEND_ONLY with DETH as rxe; GRH area, source QP and IP reported") {
+TEST_CASE("UD SEND of 512 bytes: SEND_ONLY with DETH as rxe and GRH area, source QP and IP reported") {
   const std::vector<Frame> rxe = read_capture(data_path("rxe_ud_pingpong.pcapng"));
   const RoceFrame theirs = parse_capture_frame(rxe[0]);
   UdPair u;
@@ -174,7 +174,7 @@ TEST_CASE("UD SEND of 512 bytes: SEND_ONLY with DETH as rxe; GRH area, source QP
   CHECK(std::equal(data.begin(), data.end(), buf.begin() + 40));
 }
 
-TEST_CASE("UD: a wrong Q_Key is dropped and counted; a controlled Q_Key uses the QP's own") {
+TEST_CASE("UD: a wrong Q_Key is dropped and counted and a controlled Q_Key uses the QP's own") {
   UdPair u;
   Pair& p = u.p;
   p.b.engine.post_recv(p.b.qpn, recv_wr(5, u.dst, 4096));
@@ -192,7 +192,7 @@ TEST_CASE("UD: a wrong Q_Key is dropped and counted; a controlled Q_Key uses the
   CHECK(p.b.host.completions[0].status == WcStatus::Success);
 }
 
-TEST_CASE("UD: a message above the path MTU fails locally; a short receive buffer fails at the receiver") {
+TEST_CASE("UD: a message above the path MTU fails locally and a short receive buffer fails at the receiver") {
   UdPair u;
   Pair& p = u.p;
   p.a.engine.post_send(p.a.qpn, u.wr(1025), p.now);

@@ -103,7 +103,7 @@ TEST_CASE("Link holds frames for its delay", "[sim][link]") {
   CHECK(link.receive(at_us(110)).has_value());
 }
 
-TEST_CASE("Link faults: same seed, same mangling; rates near the asked ones", "[sim][link]") {
+TEST_CASE("Link faults: same seed, same mangling and rates near the asked ones", "[sim][link]") {
   auto faults = LinkFaults::uniform(100'000);  // 10 %
   auto first = run(faults, 99, 20'000);
   auto again = run(faults, 99, 20'000);
@@ -145,7 +145,7 @@ TEST_CASE("Link corruption flips one bit, never in the ICRC-masked BTH byte", "[
   }
 }
 
-TEST_CASE("Link reordering lets later frames overtake; nothing is invented", "[sim][link]") {
+TEST_CASE("Link reordering lets later frames overtake and nothing is invented", "[sim][link]") {
   LinkFaults f;
   f.reorder_ppm = 200'000;
   auto out = run(f, 11, 5000);

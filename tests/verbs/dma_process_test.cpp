@@ -25,7 +25,7 @@ using namespace rrdma::verbs;
 using namespace rrdma::verbs::test;
 using rrdma::rocev2::MrFacts;
 
-TEST_CASE("DMA reads and writes another process's registered memory; the owner sees the writes") {
+TEST_CASE("DMA reads and writes another process's registered memory and the owner sees the writes") {
   Child child(11);
   MrTable table;
   ProcessDma dma(table);

@@ -240,7 +240,7 @@ TEST_CASE("optional masks of the kernel's table, written out") {
   CHECK_FALSE(transition_masks(QpType::Ud, IBV_QPS_SQE, IBV_QPS_SQE));
 }
 
-TEST_CASE("alternate paths are refused; path migration state only MIGRATED") {
+TEST_CASE("alternate paths are refused and path migration state only MIGRATED") {
   ibv_qp_attr a = good_attr(IBV_QPS_RTS, IBV_QPS_RTS);
   auto v = validate_modify(QpType::Rc, IBV_QPS_RTS, a, IBV_QP_ALT_PATH);
   CHECK(v.error == EINVAL);

@@ -36,7 +36,7 @@ TEST_CASE("answer: hostile requests get an error object, never reach the handler
   CHECK_FALSE(called);
 }
 
-TEST_CASE("answer: good requests reach the handler; its exceptions become errors", "[vnic][control]") {
+TEST_CASE("answer: good requests reach the handler and its exceptions become errors", "[vnic][control]") {
   PeerCredentials peer;
   peer.uid = 1000;
   CHECK(answer(R"({"cmd":"status"})", peer, echo_cmd) == json{{"cmd", "status"}, {"uid", 1000}});

@@ -152,7 +152,7 @@ TEST_CASE("a timer source runs again once its deadline has passed", "[vnic][loop
   CHECK(loop.counters().timer_expirations >= 1);
 }
 
-TEST_CASE("watched fds call their handler; unwatched ones do not", "[vnic][loop]") {
+TEST_CASE("watched fds call their handler and unwatched ones do not", "[vnic][loop]") {
   EventLoop loop(EventLoopConfig{});
   const int quiet = ::eventfd(0, EFD_NONBLOCK);
   const int loud = ::eventfd(0, EFD_NONBLOCK);

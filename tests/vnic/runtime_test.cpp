@@ -36,7 +36,7 @@ TEST_CASE("runtime paths live under $RRDMA_RUN_DIR", "[vnic][runtime]") {
   CHECK(paths.log_file == dir.path() / "rv0.log");
 }
 
-TEST_CASE("a held pid file lock means running; a released one leaves stale files", "[vnic][runtime]") {
+TEST_CASE("a held pid file lock means running and a released one leaves stale files", "[vnic][runtime]") {
   test::TempRunDir dir;
   const auto paths = RuntimePaths::of("rv0");
   CHECK(assess(observe("rv0")) == Liveness::kAbsent);
