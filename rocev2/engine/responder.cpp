@@ -307,7 +307,8 @@ Verdict Engine::Impl::execute_atomic(Qp& qp, const TransportPacket& p) {
   const std::optional<MrFacts> mr = check_remote(mrs_, qp.pd, a.rkey, access::kRemoteAtomic, a.virtual_address, 8);
   if (!mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
   // The engine runs one request at a time, so atomics are atomic with respect to each other
-  // on this responder; Dma makes each one a single atomic operation on memory.
+  // on this responder. Whether they are also atomic with respect to the target CPU's own
+  // stores is the Dma's business (the daemon's process_vm_* Dma is not: docs/VERBS_MEMORY.md).
   const std::optional<std::uint64_t> original =
       p.bth.opcode == Opcode::RcCompareSwap ? dma_.compare_swap(*mr, a.virtual_address, a.compare, a.swap_add)
                                             : dma_.fetch_add(*mr, a.virtual_address, a.swap_add);
