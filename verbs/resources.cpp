@@ -1,0 +1,261 @@
+#include "verbs/resources.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <limits>
+
+namespace rrdma::verbs {
+
+const char* resource_kind_name(ResourceKind kind) {
+  switch (kind) {
+    case ResourceKind::Context: return "context";
+    case ResourceKind::Pd: return "pd";
+    case ResourceKind::Cq: return "cq";
+    case ResourceKind::Qp: return "qp";
+    case ResourceKind::Srq: return "srq";
+    case ResourceKind::Ah: return "ah";
+    case ResourceKind::Mr: return "mr";
+  }
+  return "unknown";
+}
+
+ResourceRegistry::ResourceRegistry(Handle first_handle)
+    : next_handle_(first_handle == 0 ? 1 : first_handle) {}
+
+int ResourceRegistry::add_client(const ClientInfo& client) {
+  return clients_.emplace(client.id, client).second ? 0 : EEXIST;
+}
+
+bool ResourceRegistry::has_client(std::uint64_t client_id) const {
+  return clients_.contains(client_id);
+}
+
+ResourceRegistry::Object* ResourceRegistry::owned(std::uint64_t client_id, Handle handle,
+                                                  ResourceKind kind) {
+  auto it = objects_.find(handle);
+  if (it == objects_.end() || it->second.owner != client_id || it->second.kind != kind) {
+    return nullptr;
+  }
+  return &it->second;
+}
+
+const ResourceRegistry::Object* ResourceRegistry::owned(std::uint64_t client_id, Handle handle,
+                                                        ResourceKind kind) const {
+  return const_cast<ResourceRegistry*>(this)->owned(client_id, handle, kind);
+}
+
+Created ResourceRegistry::insert(std::uint64_t client_id, Object object) {
+  if (!has_client(client_id)) return {ENOENT, 0};
+  if (next_handle_ > std::numeric_limits<Handle>::max()) return {ENOMEM, 0};
+  const auto handle = static_cast<Handle>(next_handle_++);
+  object.owner = client_id;
+  objects_.emplace(handle, object);
+  return {0, handle};
+}
+
+void ResourceRegistry::use(Handle handle) {
+  if (handle != 0) ++objects_.at(handle).users;
+}
+
+void ResourceRegistry::release(Handle handle) {
+  if (handle != 0) --objects_.at(handle).users;
+}
+
+// Common to every destroy verb: only the owner names it, and nothing may still depend on it.
+int ResourceRegistry::destroy(std::uint64_t client_id, Handle handle, ResourceKind kind) {
+  const Object* object = owned(client_id, handle, kind);
+  if (object == nullptr) return EINVAL;
+  if (object->users != 0) return EBUSY;
+  release(object->parent);
+  release(object->send_cq);
+  release(object->recv_cq);
+  release(object->srq);
+  objects_.erase(handle);
+  return 0;
+}
+
+Created ResourceRegistry::open_context(std::uint64_t client_id) {
+  return insert(client_id, Object{.kind = ResourceKind::Context});
+}
+
+int ResourceRegistry::close_context(std::uint64_t client_id, Handle context) {
+  return destroy(client_id, context, ResourceKind::Context);
+}
+
+Created ResourceRegistry::alloc_pd(std::uint64_t client_id, Handle context) {
+  if (owned(client_id, context, ResourceKind::Context) == nullptr) return {EINVAL, 0};
+  Created created = insert(client_id, Object{.kind = ResourceKind::Pd, .parent = context});
+  if (created.ok()) use(context);
+  return created;
+}
+
+int ResourceRegistry::dealloc_pd(std::uint64_t client_id, Handle pd) {
+  return destroy(client_id, pd, ResourceKind::Pd);
+}
+
+Created ResourceRegistry::create_cq(std::uint64_t client_id, Handle context) {
+  if (owned(client_id, context, ResourceKind::Context) == nullptr) return {EINVAL, 0};
+  Created created = insert(client_id, Object{.kind = ResourceKind::Cq, .parent = context});
+  if (created.ok()) use(context);
+  return created;
+}
+
+int ResourceRegistry::destroy_cq(std::uint64_t client_id, Handle cq) {
+  return destroy(client_id, cq, ResourceKind::Cq);
+}
+
+Created ResourceRegistry::create_srq(std::uint64_t client_id, Handle pd) {
+  if (owned(client_id, pd, ResourceKind::Pd) == nullptr) return {EINVAL, 0};
+  Created created = insert(client_id, Object{.kind = ResourceKind::Srq, .parent = pd});
+  if (created.ok()) use(pd);
+  return created;
+}
+
+int ResourceRegistry::destroy_srq(std::uint64_t client_id, Handle srq) {
+  return destroy(client_id, srq, ResourceKind::Srq);
+}
+
+Created ResourceRegistry::create_qp(std::uint64_t client_id, const QpSpec& spec) {
+  const bool named_own = owned(client_id, spec.pd, ResourceKind::Pd) != nullptr &&
+                         owned(client_id, spec.send_cq, ResourceKind::Cq) != nullptr &&
+                         owned(client_id, spec.recv_cq, ResourceKind::Cq) != nullptr &&
+                         (!spec.srq || owned(client_id, *spec.srq, ResourceKind::Srq) != nullptr);
+  if (!named_own) return {EINVAL, 0};
+  Object qp{.kind = ResourceKind::Qp,
+            .parent = spec.pd,
+            .send_cq = spec.send_cq,
+            .recv_cq = spec.recv_cq,
+            .srq = spec.srq.value_or(0),
+            .qpn = spec.qpn,
+            .qp_type = spec.type};
+  Created created = insert(client_id, qp);
+  if (!created.ok()) return created;
+  // One use per reference: a QP whose send and receive CQ are the same CQ holds it twice,
+  // and destroy() releases it twice.
+  use(qp.parent);
+  use(qp.send_cq);
+  use(qp.recv_cq);
+  use(qp.srq);
+  return created;
+}
+
+int ResourceRegistry::destroy_qp(std::uint64_t client_id, Handle qp) {
+  return destroy(client_id, qp, ResourceKind::Qp);
+}
+
+int ResourceRegistry::set_qp_state(std::uint64_t client_id, Handle qp, ibv_qp_state state) {
+  Object* object = owned(client_id, qp, ResourceKind::Qp);
+  if (object == nullptr) return EINVAL;
+  object->qp_state = state;
+  return 0;
+}
+
+std::optional<ibv_qp_state> ResourceRegistry::qp_state(std::uint64_t client_id, Handle qp) const {
+  const Object* object = owned(client_id, qp, ResourceKind::Qp);
+  if (object == nullptr) return std::nullopt;
+  return object->qp_state;
+}
+
+Created ResourceRegistry::create_ah(std::uint64_t client_id, Handle pd) {
+  if (owned(client_id, pd, ResourceKind::Pd) == nullptr) return {EINVAL, 0};
+  Created created = insert(client_id, Object{.kind = ResourceKind::Ah, .parent = pd});
+  if (created.ok()) use(pd);
+  return created;
+}
+
+int ResourceRegistry::destroy_ah(std::uint64_t client_id, Handle ah) {
+  return destroy(client_id, ah, ResourceKind::Ah);
+}
+
+int ResourceRegistry::check_pd(std::uint64_t client_id, Handle pd) const {
+  return owned(client_id, pd, ResourceKind::Pd) != nullptr ? 0 : EINVAL;
+}
+
+int ResourceRegistry::add_mr(std::uint64_t client_id, Handle pd, rocev2::Lkey lkey) {
+  if (check_pd(client_id, pd) != 0) return EINVAL;
+  if (!mrs_.emplace(lkey.value(), MrRecord{client_id, pd}).second) return EEXIST;
+  use(pd);
+  return 0;
+}
+
+int ResourceRegistry::remove_mr(std::uint64_t client_id, rocev2::Lkey lkey) {
+  auto it = mrs_.find(lkey.value());
+  if (it == mrs_.end() || it->second.owner != client_id) return EINVAL;
+  release(it->second.pd);
+  mrs_.erase(it);
+  return 0;
+}
+
+std::vector<Handle> ResourceRegistry::handles_of(std::uint64_t client_id,
+                                                 ResourceKind kind) const {
+  std::vector<Handle> handles;
+  for (const auto& [handle, object] : objects_) {
+    if (object.owner == client_id && object.kind == kind) handles.push_back(handle);
+  }
+  std::sort(handles.begin(), handles.end());  // the counter only grows: creation order
+  return handles;
+}
+
+std::vector<TeardownAction> ResourceRegistry::drop_client(std::uint64_t client_id) {
+  std::vector<TeardownAction> actions;
+  if (clients_.erase(client_id) == 0) return actions;
+  auto take_objects = [&](ResourceKind kind) {
+    std::vector<Handle> handles = handles_of(client_id, kind);
+    for (auto it = handles.rbegin(); it != handles.rend(); ++it) {
+      actions.push_back({kind, *it, objects_.at(*it).qpn});
+      objects_.erase(*it);
+    }
+  };
+  auto take_mrs = [&] {
+    std::vector<std::uint32_t> lkeys;
+    for (const auto& [lkey, record] : mrs_) {
+      if (record.owner == client_id) lkeys.push_back(lkey);
+    }
+    std::sort(lkeys.begin(), lkeys.end());
+    for (std::uint32_t lkey : lkeys) {
+      actions.push_back({ResourceKind::Mr, lkey, {}});
+      mrs_.erase(lkey);
+    }
+  };
+  // A QP names PD, CQs and SRQ; an SRQ and an AH name a PD; MRs name a PD; PDs and CQs name
+  // the context. Undoing users before what they use keeps every step a legal verb.
+  take_objects(ResourceKind::Qp);
+  take_objects(ResourceKind::Srq);
+  take_objects(ResourceKind::Cq);
+  take_objects(ResourceKind::Ah);
+  take_mrs();
+  take_objects(ResourceKind::Pd);
+  take_objects(ResourceKind::Context);
+  // Objects only ever name objects of the same client, so no use count elsewhere changes.
+  return actions;
+}
+
+std::optional<ClientListing> ResourceRegistry::listing(std::uint64_t client_id) const {
+  auto client = clients_.find(client_id);
+  if (client == clients_.end()) return std::nullopt;
+  ClientListing out;
+  out.client = client->second;
+  out.contexts = handles_of(client_id, ResourceKind::Context);
+  out.pds = handles_of(client_id, ResourceKind::Pd);
+  out.mrs = static_cast<std::size_t>(std::count_if(
+      mrs_.begin(), mrs_.end(), [&](const auto& entry) { return entry.second.owner == client_id; }));
+  out.cqs = handles_of(client_id, ResourceKind::Cq);
+  for (Handle handle : handles_of(client_id, ResourceKind::Qp)) {
+    const Object& qp = objects_.at(handle);
+    out.qps.push_back({handle, qp.qpn, qp.qp_type, qp.qp_state});
+  }
+  out.srqs = handles_of(client_id, ResourceKind::Srq);
+  out.ahs = handles_of(client_id, ResourceKind::Ah);
+  return out;
+}
+
+std::vector<ClientListing> ResourceRegistry::listings() const {
+  std::vector<std::uint64_t> ids;
+  for (const auto& [id, client] : clients_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  std::vector<ClientListing> out;
+  for (std::uint64_t id : ids) out.push_back(*listing(id));
+  return out;
+}
+
+}  // namespace rrdma::verbs
