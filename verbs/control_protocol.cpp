@@ -186,9 +186,8 @@ constexpr std::size_t kControlRoom = CMSG_SPACE(sizeof(int) * (kMaxFdsPerMessage
 }  // namespace
 
 IoError send_message(int socket_fd, const Message& message, std::span<const int> fds) {
-  if (fds.size() > kMaxFdsPerMessage || message.words.size() > kMaxBodyWords) {
-    return IoError::TooManyFds;
-  }
+  if (fds.size() > kMaxFdsPerMessage) return IoError::TooManyFds;
+  if (message.words.size() > kMaxBodyWords) return IoError::Malformed;
   std::array<std::uint8_t, kMaxFrameLength> frame{};
   const std::size_t length = emit(message, frame);
   iovec iov{frame.data(), length};

@@ -249,3 +249,21 @@ TEST_CASE("control: a closed peer and an empty non-blocking socket are told apar
   ::shutdown(pair.a, SHUT_WR);
   CHECK(receive_message(pair.b).error == IoError::PeerClosed);
 }
+
+TEST_CASE("control: type numbers outside the catalogue and fds on replies are refused") {
+  for (const std::uint16_t wire_type : {std::uint16_t{0}, std::uint16_t{19}, kReplyBit,
+                                        static_cast<std::uint16_t>(kReplyBit | 19)}) {
+    INFO(wire_type);
+    Message message = make_request(MessageType::DestroyQp, 3);
+    message.wire_type = wire_type;
+    Message parsed;
+    CHECK(parse(frame_of(message), 0, parsed) == DecodeError::UnknownType);
+  }
+  for (std::uint16_t base = 1; base <= 18; ++base) {
+    const auto type = static_cast<MessageType>(base);
+    INFO(message_name(type));
+    Message parsed;
+    CHECK(parse(frame_of(make_reply(type, 1, 0)), 1, parsed) == DecodeError::WrongFdCount);
+    CHECK(parse(frame_of(make_reply(type, 1, 0)), 0, parsed) == DecodeError::None);
+  }
+}
