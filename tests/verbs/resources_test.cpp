@@ -54,6 +54,10 @@ TEST_CASE("resources: a client may not name another client's handles", "[verbs][
   CHECK(registry.check_pd(2, a.pd) == EINVAL);
   CHECK(registry.check_pd(1, a.pd) == 0);
   CHECK(registry.add_mr(2, a.pd, Lkey{0x10001}) == EINVAL);
+  REQUIRE(registry.add_mr(1, a.pd, Lkey{0x10001}) == 0);
+  CHECK(registry.remove_mr(2, Lkey{0x10001}) == EINVAL);
+  CHECK(registry.listing(1)->mrs == 1);
+  CHECK(registry.listing(2)->mrs == 0);
   // A QP mixing its own PD with the other client's CQ is refused as a whole.
   CHECK(registry.create_qp(2, QpSpec{.pd = b.pd, .send_cq = a.cq, .recv_cq = b.cq}).error ==
         EINVAL);
