@@ -117,6 +117,18 @@ static_assert(offsetof(Cqe, sl) == 44);
 static_assert(offsetof(Cqe, dlid_path_bits) == 45);
 static_assert(sizeof(Cqe) == 48);
 
+// One asynchronous event (ibv_get_async_event(3)) in a context's event ring (16-byte
+// entries), pushed by the daemon, which then writes the context's event eventfd.
+struct AsyncEventEntry {
+  std::uint32_t event_type;  // enum ibv_event_type
+  std::uint32_t reserved;
+  std::uint64_t element;     // the daemon's handle of the QP, CQ or SRQ; the port number
+                             // for IBV_EVENT_PORT_ACTIVE / PORT_ERR
+};
+static_assert(std::is_standard_layout_v<AsyncEventEntry> && std::is_trivially_copyable_v<AsyncEventEntry>);
+static_assert(offsetof(AsyncEventEntry, event_type) == 0 && offsetof(AsyncEventEntry, element) == 8);
+static_assert(sizeof(AsyncEventEntry) == 16);
+
 // Why the daemon refuses a WQE. It then completes it with IBV_WC_LOC_QP_OP_ERR (or
 // LOC_LEN_ERR for lengths) and moves the QP to the error state, as a NIC does with a
 // malformed WQE.

@@ -19,8 +19,8 @@ struct TypeShapes {
 
 using namespace field;
 
-constexpr std::array<TypeShapes, 18> kShapes{{
-    {MessageType::OpenDevice, "open_device", {kOpenDeviceWords, 0}, {kOpenDeviceReplyWords, 0}},
+constexpr std::array<TypeShapes, kMessageTypeCount> kShapes{{
+    {MessageType::OpenDevice, "open_device", {kOpenDeviceWords, 2}, {kOpenDeviceReplyWords, 0}},
     {MessageType::QueryDevice, "query_device", {kQueryDeviceWords, 0},
      {kQueryDeviceReplyWords, 0}},
     {MessageType::QueryPort, "query_port", {kQueryPortWords, 0}, {kQueryPortReplyWords, 0}},
@@ -39,9 +39,12 @@ constexpr std::array<TypeShapes, 18> kShapes{{
     {MessageType::DestroySrq, "destroy_srq", {kDestroyWords, 0}, {kStatusReplyWords, 0}},
     {MessageType::CreateAh, "create_ah", {kCreateAhWords, 0}, {kHandleReplyWords, 0}},
     {MessageType::DestroyAh, "destroy_ah", {kDestroyWords, 0}, {kStatusReplyWords, 0}},
+    {MessageType::ResizeCq, "resize_cq", {kResizeCqWords, 1}, {kStatusReplyWords, 0}},
+    {MessageType::ModifySrq, "modify_srq", {kModifySrqWords, 0}, {kStatusReplyWords, 0}},
+    {MessageType::QuerySrq, "query_srq", {kQuerySrqWords, 0}, {kQuerySrqReplyWords, 0}},
 }};
 
-// Types are numbered 1..18 in table order.
+// Types are numbered 1..kMessageTypeCount in table order.
 static_assert(static_cast<std::size_t>(kShapes.back().type) == kShapes.size());
 static_assert(kModifyQpWords <= kMaxBodyWords && kQueryDeviceReplyWords <= kMaxBodyWords);
 

@@ -51,7 +51,12 @@ enum class MessageType : std::uint16_t {
   DestroySrq = 16,
   CreateAh = 17,
   DestroyAh = 18,
+  ResizeCq = 19,
+  ModifySrq = 20,
+  QuerySrq = 21,
 };
+// Types are numbered 1..kMessageTypeCount.
+inline constexpr std::uint16_t kMessageTypeCount = 21;
 
 // What a frame of one (type, direction) must carry.
 struct MessageShape {
@@ -68,8 +73,11 @@ const char* message_name(MessageType type);
 // The order of each body's words, one enum per message so the daemon and the client library
 // name fields instead of counting. Every reply's word 0 is its status: 0 or a positive errno.
 namespace field {
-enum OpenDevice : std::size_t { kAbiVersion, kOpenDeviceWords };
-enum OpenDeviceReply : std::size_t { kStatus, kContextHandle, kOpenDeviceReplyWords };
+// fds: the context's async-event ring memfd (entries are AsyncEventEntry, verbs/abi.h), the
+// event eventfd the daemon writes after each event it pushes (the context's async_fd).
+enum OpenDevice : std::size_t { kAbiVersion, kEventRingBytes, kOpenDeviceWords };
+// node_guid: the EUI-64 of the vnic's MAC (as rxe derives it), in ibv_device_attr's order.
+enum OpenDeviceReply : std::size_t { kStatus, kContextHandle, kNodeGuid, kOpenDeviceReplyWords };
 enum QueryDevice : std::size_t { kQueryDeviceContext, kQueryDeviceWords };
 // The ibv_device_attr fields an application sizes its resources from (verbs/device_caps.h).
 enum QueryDeviceReply : std::size_t {
@@ -116,6 +124,17 @@ enum QueryQpReply : std::size_t { kQueryQpStatus, kQueryQpReplyWords = kModifyQp
 // fds: the SRQ ring memfd, the doorbell eventfd.
 enum CreateSrq : std::size_t {
   kSrqPd, kSrqMaxWr, kSrqMaxSge, kSrqLimit, kSrqRingBytes, kCreateSrqWords
+};
+// fds: the new ring memfd. The daemon moves the CQEs not yet polled into the new ring, in
+// order, before it replies; the client switches rings when the reply arrives.
+enum ResizeCq : std::size_t { kResizeCq, kResizeEntries, kResizeRingBytes, kResizeCqWords };
+// attr_mask: IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT (ibv_modify_srq(3)).
+enum ModifySrq : std::size_t {
+  kModSrq, kModSrqMask, kModSrqMaxWr, kModSrqLimit, kModifySrqWords
+};
+enum QuerySrq : std::size_t { kQuerySrqHandle, kQuerySrqWords };
+enum QuerySrqReply : std::size_t {
+  kQuerySrqStatus, kQuerySrqMaxWr, kQuerySrqMaxSge, kQuerySrqLimit, kQuerySrqReplyWords
 };
 enum CreateAh : std::size_t {
   kAhPd, kAhDgidHigh, kAhDgidLow, kAhSgidIndex, kAhHopLimit, kAhTrafficClass, kAhFlowLabel,

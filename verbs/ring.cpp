@@ -272,6 +272,19 @@ bool RingProducer::publish() {
   return wants.load(std::memory_order_relaxed) != 0 && wants.exchange(0, std::memory_order_relaxed) != 0;
 }
 
+bool RingProducer::publish_completions(bool solicited) {
+  if (error_ != RingError::None || staged_ == published_) return false;
+  SharedWord(header_->producer_index).store(staged_, std::memory_order_release);
+  published_ = staged_;
+  // The same store-load pairing as publish(), with arm_notification() on the other side.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  SharedWord arm(header_->consumer_wants_doorbell);
+  std::uint32_t kind = arm.load(std::memory_order_relaxed);
+  if (kind == kNotifyNone || (kind == kNotifySolicited && !solicited)) return false;
+  // Any other non-zero value a hostile consumer wrote counts as kNotifyNext.
+  return arm.compare_exchange_strong(kind, kNotifyNone, std::memory_order_relaxed);
+}
+
 RingConsumer::RingConsumer(MutableByteSpan region, RingGeometry geometry) : RingEnd(region, geometry) {
   if (error_ != RingError::None) return;
   consumed_ = producer_seen_ = SharedWord(header_->consumer_index).load(std::memory_order_relaxed);
@@ -320,6 +333,18 @@ bool RingConsumer::request_doorbell() {
     return false;
   }
   return true;
+}
+
+void RingConsumer::arm_notification(std::uint32_t kind) {
+  if (error_ != RingError::None) return;
+  SharedWord(header_->consumer_wants_doorbell).store(kind, std::memory_order_relaxed);
+  // Paired with the fence in publish_completions(): either the producer sees the arm, or the
+  // poll that follows the arm sees the producer's entries.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+std::uint32_t RingConsumer::notification_armed() const {
+  return SharedWord(header_->consumer_wants_doorbell).load(std::memory_order_acquire);
 }
 
 }  // namespace rrdma::verbs

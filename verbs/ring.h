@@ -86,6 +86,10 @@ class Doorbell {
 };
 
 inline constexpr std::size_t kCacheLine = 64;
+// Values of RingHeader::consumer_wants_doorbell on a completion ring (arm_notification).
+inline constexpr std::uint32_t kNotifyNone = 0;
+inline constexpr std::uint32_t kNotifyNext = 1;
+inline constexpr std::uint32_t kNotifySolicited = 2;
 inline constexpr std::uint32_t kRingMagic = 0x52524E47;  // "RRNG"
 inline constexpr std::uint32_t kRingVersion = 1;
 inline constexpr std::uint32_t kMaxRingCapacity = 1u << 16;
@@ -187,6 +191,12 @@ class RingProducer : public RingEnd {
   // when the consumer asked to be woken: the caller must then ring the doorbell. Only one
   // publish answers true per request.
   bool publish();
+  // The completion-queue form of publish(), for a consumer that armed notification with
+  // arm_notification() (ibv_req_notify_cq): true, and the arm consumed, when the consumer
+  // armed for the next completion, or for solicited ones and `solicited` says that this
+  // batch holds a solicited (or error) completion. The caller then signals the consumer's
+  // completion channel.
+  bool publish_completions(bool solicited);
   // Entries the consumer has not taken yet, including pushed but unpublished ones.
   std::uint32_t in_flight() const { return staged_ - consumer_seen_; }
 
@@ -219,6 +229,14 @@ class RingConsumer : public RingEnd {
   // it is still empty (sleep now: the producer will ring). False if entries arrived in the
   // meantime (the request is withdrawn; consume them) or the ring is broken.
   bool request_doorbell();
+  // ibv_req_notify_cq: asks the producer to signal after the NEXT entry it publishes
+  // (kNotifyNext), or the next solicited or error one (kNotifySolicited). Unlike
+  // request_doorbell() the request stands even if entries are already waiting: verbs
+  // notify only about completions added after the arm, and an application polls the CQ
+  // after arming to catch the ones that raced with it.
+  void arm_notification(std::uint32_t kind);
+  // The arm still standing (kNotifyNone once the producer has signalled).
+  std::uint32_t notification_armed() const;
 
  private:
   bool refresh_producer_index();

@@ -87,7 +87,7 @@ void close_all(const std::vector<int>& fds) {
 
 TEST_CASE("control: every request and reply round-trips over SOCK_SEQPACKET with its fds") {
   SocketPair pair;
-  for (std::uint16_t base = 1; base <= 18; ++base) {
+  for (std::uint16_t base = 1; base <= kMessageTypeCount; ++base) {
     const auto type = static_cast<MessageType>(base);
     for (const bool reply : {false, true}) {
       INFO(message_name(type) << (reply ? " reply" : " request"));
@@ -251,15 +251,15 @@ TEST_CASE("control: a closed peer and an empty non-blocking socket are told apar
 }
 
 TEST_CASE("control: type numbers outside the catalogue and fds on replies are refused") {
-  for (const std::uint16_t wire_type : {std::uint16_t{0}, std::uint16_t{19}, kReplyBit,
-                                        static_cast<std::uint16_t>(kReplyBit | 19)}) {
+  for (const std::uint16_t wire_type : {std::uint16_t{0}, std::uint16_t{kMessageTypeCount + 1}, kReplyBit,
+                                        static_cast<std::uint16_t>(kReplyBit | (kMessageTypeCount + 1))}) {
     INFO(wire_type);
     Message message = make_request(MessageType::DestroyQp, 3);
     message.wire_type = wire_type;
     Message parsed;
     CHECK(parse(frame_of(message), 0, parsed) == DecodeError::UnknownType);
   }
-  for (std::uint16_t base = 1; base <= 18; ++base) {
+  for (std::uint16_t base = 1; base <= kMessageTypeCount; ++base) {
     const auto type = static_cast<MessageType>(base);
     INFO(message_name(type));
     Message parsed;

@@ -453,3 +453,45 @@ TEST_CASE("ring: two processes over a memfd and an eventfd doorbell") {
   CHECK(WEXITSTATUS(status) == 0);
   close(sockets[0]);
 }
+
+TEST_CASE("ring: a completion arm fires once, after entries already waiting, and filters unsolicited") {
+  const RingGeometry g{8, sizeof(Entry)};
+  HeapRegion region(g);
+  RingProducer producer(region.bytes(), g);
+  RingConsumer consumer(region.bytes(), g);
+
+  // Not armed: no signal.
+  REQUIRE(producer.try_push_value(Entry{0, check_of(0)}) == PushResult::Pushed);
+  CHECK_FALSE(producer.publish_completions(true));
+
+  // Armed for the next completion while one is already waiting: the arm stands (verbs only
+  // signal completions added after the arm), fires on the next publish and only once.
+  consumer.arm_notification(kNotifyNext);
+  CHECK(consumer.notification_armed() == kNotifyNext);
+  REQUIRE(producer.try_push_value(Entry{1, check_of(1)}) == PushResult::Pushed);
+  CHECK(producer.publish_completions(false));
+  CHECK(consumer.notification_armed() == kNotifyNone);
+  REQUIRE(producer.try_push_value(Entry{2, check_of(2)}) == PushResult::Pushed);
+  CHECK_FALSE(producer.publish_completions(true));
+
+  // Solicited only: an unsolicited batch leaves the arm in place; a solicited one fires.
+  consumer.arm_notification(kNotifySolicited);
+  REQUIRE(producer.try_push_value(Entry{3, check_of(3)}) == PushResult::Pushed);
+  CHECK_FALSE(producer.publish_completions(false));
+  CHECK(consumer.notification_armed() == kNotifySolicited);
+  REQUIRE(producer.try_push_value(Entry{4, check_of(4)}) == PushResult::Pushed);
+  CHECK(producer.publish_completions(true));
+  CHECK(consumer.notification_armed() == kNotifyNone);
+
+  // A publish with nothing new never signals, armed or not.
+  consumer.arm_notification(kNotifyNext);
+  CHECK_FALSE(producer.publish_completions(true));
+  CHECK(consumer.notification_armed() == kNotifyNext);
+
+  // Every entry still comes out in order.
+  Entry e{};
+  for (std::uint64_t i = 0; i < 5; ++i) {
+    REQUIRE(consumer.try_pop_value(e) == PopResult::Popped);
+    CHECK(e.seq == i);
+  }
+}
