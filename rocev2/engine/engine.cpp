@@ -97,6 +97,8 @@ std::optional<Qpn> Engine::Impl::create_qp(const QpInit& init) {
   if (init.srq) {
     qp->rq = init.srq;
     qp->uses_srq = true;
+  } else if (init.rq) {
+    qp->rq = init.rq;
   } else {
     qp->own_rq = std::make_unique<FifoReceiveQueue>(init.max_recv_wr);
     qp->rq = qp->own_rq.get();
@@ -207,8 +209,8 @@ void Engine::Impl::reset(Qp& qp) {
   qp.resp = Responder{};
   qp.req.retries_left = qp.attr.retry_cnt;
   qp.req.rnr_retries_left = qp.attr.rnr_retry;
-  if (qp.own_rq)
-    while (qp.own_rq->front()) qp.own_rq->pop();
+  if (!qp.uses_srq)
+    while (qp.rq->front()) qp.rq->pop();
 }
 
 // IBA ch. 10 / ch. 11: in the error state every outstanding WQE completes with

@@ -28,6 +28,10 @@ struct QpInit {
   std::uint32_t max_recv_wr = 1024;
   bool sq_sig_all = false;           // every send WQE completes, signaled or not
   ReceiveQueue* srq = nullptr;       // if set, receives come from it (not owned; not flushed)
+  // If set (and no srq), the QP's own receive queue is this one instead of an engine FIFO:
+  // the daemon's adapter over a shared-memory ring. Not owned, but the QP's alone, so it is
+  // flushed on error and emptied on reset like the engine's own.
+  ReceiveQueue* rq = nullptr;
 };
 
 // Where a received packet came from. `ipv4_header` (the 20+ header bytes of the IPv4

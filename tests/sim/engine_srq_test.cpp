@@ -58,5 +58,48 @@ TEST_CASE("two RC QPs share one SRQ and an error on one leaves the SRQ to the ot
   CHECK(p.b.host.completions[0].byte_len == 30);
 }
 
+
+TEST_CASE("a host-supplied RQ is used instead of the engine's own, and flushed on error and emptied on reset") {
+  Pair p;
+  FifoReceiveQueue rq(8);
+  QpInit init;
+  init.pd = p.a.pd;
+  const Qpn a_qp = *p.a.engine.create_qp(init);
+  init.pd = p.b.pd;
+  init.rq = &rq;
+  const Qpn b_qp = *p.b.engine.create_qp(init);
+  p.a.qpn = a_qp;
+  p.b.qpn = b_qp;
+  p.connect(p.a, p.b, p.a_psn, p.b_psn, QpType::Rc, 1024, {}, 0);
+  p.connect(p.b, p.a, p.b_psn, p.a_psn, QpType::Rc, 1024, {}, 0);
+  const MrFacts src = p.a.memory.add(p.a.pd, access::kLocalWrite, 64, 0x10000);
+  const MrFacts dst = p.b.memory.add(p.b.pd, access::kLocalWrite, 64 * 8, 0x20000);
+  for (std::uint64_t i = 0; i < 4; ++i)
+    REQUIRE(rq.push(RecvWr{200 + i, {Sge{dst.base + 64 * i, 64, dst.lkey}}}));
+
+  p.a.engine.post_send(a_qp, send_wr(1, WrOpcode::Send, src, 10), p.now);
+  p.exchange();
+  REQUIRE(p.b.host.completions.size() == 1);
+  CHECK(p.b.host.completions[0].wr_id == 200);
+  CHECK(rq.size() == 3);
+
+  p.b.host.completions.clear();
+  QpAttr err;
+  err.state = QpState::Err;
+  REQUIRE(p.b.engine.modify_qp(b_qp, err, qp_attr::kState, p.now) == VerbResult::Ok);
+  CHECK(rq.size() == 0);  // flushed, unlike an SRQ: this queue is the QP's own
+  REQUIRE(p.b.host.completions.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(p.b.host.completions[i].wr_id == 201 + i);
+    CHECK(p.b.host.completions[i].status == WcStatus::WrFlushErr);
+  }
+
+  QpAttr reset;
+  reset.state = QpState::Reset;
+  REQUIRE(rq.push(RecvWr{300, {}}));
+  REQUIRE(p.b.engine.modify_qp(b_qp, reset, qp_attr::kState, p.now) == VerbResult::Ok);
+  CHECK(rq.size() == 0);
+}
+
 }  // namespace
 }  // namespace rrdma::test
