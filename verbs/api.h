@@ -413,9 +413,7 @@ class ProtectionDomain {
   // access:: bits (remote write or atomic also need local write, as verbs says).
   MemoryRegion register_memory(std::span<std::byte> buffer, std::uint32_t access = access::kLocalWrite);
   template <typename T>
-  MemoryRegion register_memory(std::span<T> buffer, std::uint32_t access = access::kLocalWrite) {
-    return register_memory(std::as_writable_bytes(buffer), access);
-  }
+  MemoryRegion register_memory(std::span<T> buffer, std::uint32_t access = access::kLocalWrite);
 
   // A QP whose send and receive completions go to `cq`.
   QueuePair create_qp(QpType type, CompletionQueue& cq, const QpCapabilities& caps = {});
@@ -596,5 +594,10 @@ class QueuePair {
   std::shared_ptr<client::Context> context_;
   std::uint32_t first_psn_ = 0;
 };
+
+template <typename T>
+MemoryRegion ProtectionDomain::register_memory(std::span<T> buffer, std::uint32_t access) {
+  return register_memory(std::as_writable_bytes(buffer), access);
+}
 
 }  // namespace rrdma::verbs
