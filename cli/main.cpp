@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/exec.h"
 #include "vnic/config.h"
 #include "vnic/daemon.h"
 #include "vnic/report.h"
@@ -121,6 +122,9 @@ int main(int argc, char** argv) {
   stats->add_option("name", name, "The vnic's name")->required();
   stats->add_flag("--json", json, "Print the daemon's JSON reply");
 
+  rrdma::cli::ExecCommands exec_commands;
+  rrdma::cli::add_exec_commands(app, exec_commands);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& done) {
@@ -136,5 +140,7 @@ int main(int argc, char** argv) {
   if (list->parsed()) return run_list(json);
   if (status->parsed()) return run_query(name, "status", json);
   if (stats->parsed()) return run_query(name, "stats", json);
+  if (exec_commands.exec->parsed()) return rrdma::cli::run_exec(exec_commands);
+  if (exec_commands.env->parsed()) return rrdma::cli::run_env(exec_commands);
   return 1;
 }

@@ -1,0 +1,142 @@
+// `rrdma-vnic exec` / `env`: our libibverbs.so.1 and its stand-in providers live in
+// lib/rrdma-ibverbs/ next to the rrdma libraries, never over the system's libibverbs; a
+// program finds them first because LD_LIBRARY_PATH names that directory first, and sees only
+// the chosen vnic because RRDMA_DEVICES names it (docs/IBVERBS.md).
+#include "cli/exec.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+
+#include "vnic/config.h"
+#include "vnic/runtime.h"
+
+namespace rrdma::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kExecFooter = R"(Examples:
+  # the only vnic rv0, as device rv0 (GID index 0 is its IPv4 address, RoCE v2)
+  rrdma-vnic exec --dev rv0 -- ibv_devinfo -v
+  # a ping-pong between two vnics: the server on one host or namespace, the client on another
+  rrdma-vnic exec --dev rv0 -- ibv_rc_pingpong -d rv0 -g 0
+  rrdma-vnic exec --dev rv1 -- ibv_rc_pingpong -d rv1 -g 0 10.66.0.10
+  rrdma-vnic exec --dev rv1 -- ib_write_bw -d rv1 -x 0 10.66.0.10
+Without --dev the program sees every running vnic. Exits with the program's status, or
+127 when PROGRAM is not found (126 when it cannot be run), as a shell does.)";
+
+constexpr const char* kEnvFooter = R"text(Example:
+  eval "$(rrdma-vnic env --dev rv0)"; ibv_devinfo
+Prints `export` lines: LD_LIBRARY_PATH with our libibverbs.so.1 first, and RRDMA_DEVICES.)text";
+
+// lib/rrdma-ibverbs/ relative to this executable (bin/ installed, cli/ in a build tree),
+// or $RRDMA_IBVERBS_DIR.
+std::optional<fs::path> library_dir() {
+  if (const char* dir = std::getenv("RRDMA_IBVERBS_DIR"); dir != nullptr && *dir != '\0') return fs::path(dir);
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return std::nullopt;
+  for (const char* libdir : {RRDMA_INSTALL_LIBDIR, "lib"}) {
+    const fs::path candidate = exe.parent_path() / ".." / libdir / "rrdma-ibverbs";
+    if (fs::exists(candidate / "libibverbs.so.1", ec)) return fs::weakly_canonical(candidate, ec);
+  }
+  return std::nullopt;
+}
+
+// The error for a --dev that is not a running vnic; empty when it is one.
+std::string check_device(const std::string& name) {
+  if (name.empty()) return {};
+  if (!vnic::is_valid_interface_name(name)) return "'" + name + "' is not a vnic name";
+  switch (vnic::assess(vnic::observe(name))) {
+    case vnic::Liveness::kRunning: return {};
+    case vnic::Liveness::kStarting: return "vnic " + name + " is not answering yet";
+    case vnic::Liveness::kStale: return "vnic " + name + " is not running (its daemon died; `rrdma-vnic down " + name + "` cleans up)";
+    case vnic::Liveness::kAbsent: break;
+  }
+  return "no vnic named " + name + " (`rrdma-vnic list` shows the running ones)";
+}
+
+struct Variables {
+  std::string library_path;
+  std::string devices;  // empty: every vnic
+};
+
+std::optional<Variables> variables_for(const ExecCommands& commands) {
+  if (const std::string error = check_device(commands.device); !error.empty()) {
+    std::cerr << "rrdma-vnic: " << error << "\n";
+    return std::nullopt;
+  }
+  const auto dir = library_dir();
+  if (!dir) {
+    std::cerr << "rrdma-vnic: our libibverbs.so.1 is not installed next to this program "
+                 "(looked for ../" RRDMA_INSTALL_LIBDIR "/rrdma-ibverbs; set RRDMA_IBVERBS_DIR)\n";
+    return std::nullopt;
+  }
+  Variables vars;
+  vars.library_path = dir->string();
+  if (const char* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0')
+    vars.library_path += std::string(":") + old;
+  vars.devices = commands.device;
+  return vars;
+}
+
+std::string shell_quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+}  // namespace
+
+void add_exec_commands(CLI::App& app, ExecCommands& commands) {
+  commands.exec = app.add_subcommand("exec", "Run an unmodified verbs program (ibv_*, perftest...) on a vnic");
+  commands.exec->footer(kExecFooter);
+  commands.exec->add_option("--dev", commands.device, "The vnic the program sees as its only RDMA device");
+  commands.exec->add_option("command", commands.command, "PROGRAM [ARGS...], after --")->required();
+
+  commands.env = app.add_subcommand("env", "Print the shell variables that make verbs programs use vnics");
+  commands.env->footer(kEnvFooter);
+  commands.env->add_option("--dev", commands.device, "The vnic programs see as their only RDMA device");
+}
+
+int run_exec(const ExecCommands& commands) {
+  const auto vars = variables_for(commands);
+  if (!vars) return 1;
+  ::setenv("LD_LIBRARY_PATH", vars->library_path.c_str(), 1);
+  if (vars->devices.empty()) {
+    ::unsetenv("RRDMA_DEVICES");
+  } else {
+    ::setenv("RRDMA_DEVICES", vars->devices.c_str(), 1);
+  }
+  std::vector<char*> argv;
+  for (const auto& word : commands.command) argv.push_back(const_cast<char*>(word.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  const int error = errno;
+  if (error == ENOENT) {
+    std::cerr << "rrdma-vnic: " << commands.command[0] << ": command not found\n";
+    return 127;
+  }
+  std::cerr << "rrdma-vnic: " << commands.command[0] << ": " << std::strerror(error) << "\n";
+  return 126;
+}
+
+int run_env(const ExecCommands& commands) {
+  const auto vars = variables_for(commands);
+  if (!vars) return 1;
+  std::cout << "export LD_LIBRARY_PATH=" << shell_quote(vars->library_path) << "\n";
+  if (vars->devices.empty()) {
+    std::cout << "unset RRDMA_DEVICES\n";
+  } else {
+    std::cout << "export RRDMA_DEVICES=" << shell_quote(vars->devices) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace rrdma::cli
