@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# kill -9 of an application in the middle of a transfer (rrdma_verbs_peer --hold: RC SENDs
+# and WRITEs of 64 KiB in a loop). The killed process had no chance to clean up, so:
+#  - its daemon (vnic A) lives on and still answers `status`;
+#  - `status` no longer lists the dead process or any of its resources (the daemon tore
+#    down its QP, CQ, MRs and PD when the control connection closed);
+#  - the peer application (namespace B, vnic B) sees its QP error out in bounded time: its
+#    next completion carries an error status (retries exhausted), it does not hang.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/verbs_lib.sh"
+TEST_DEADLINE=${RRDMA_TEST_DEADLINE:-400}
+init_test vk
+require_system
+verbs_scene
+
+log "both sides transferring (--hold)"
+start_server hold --hold --timeout 120
+victim=$SERVER_PID
+ip netns exec "$NS_B" "$RRDMA_VERBS_PEER" --connect "$NS_A_IP" --dev "$VNIC_B" --port "$PEER_PORT" \
+  --hold --timeout 120 >"$TMPD/hold.client" 2>&1 &
+survivor=$!
+wait_until 60 "both sides to report 'hold running'" \
+  eval "grep -q 'hold running' '$TMPD/hold.server' && grep -q 'hold running' '$TMPD/hold.client'"
+
+status_snapshot "$VNIC_A" "$TMPD/status-before.json"
+grep -q "\"pid\": *$victim\b" "$TMPD/status-before.json" ||
+  fail "status of $VNIC_A does not list the application $victim: $(head -c 600 "$TMPD/status-before.json")"
+daemon_a=$(cat "$RUN_DIR/$VNIC_A.pid")
+
+log "kill -9 $victim (the server, on $VNIC_A) mid-transfer"
+kill -9 "$victim"
+wait "$victim" 2>/dev/null
+
+log "the daemon of $VNIC_A lives on and lets go of the dead process's resources"
+pid_alive "$daemon_a" || fail "the daemon of $VNIC_A ($daemon_a) died with its application"
+wait_until 30 "status of $VNIC_A to forget pid $victim" \
+  eval "host timeout 10 '$RRDMA_VNIC' status '$VNIC_A' --json >'$TMPD/status-after.json' && ! grep -q '\"pid\": *$victim\b' '$TMPD/status-after.json'"
+log "  status after: $(tr -d '\n ' <"$TMPD/status-after.json" | head -c 400)"
+
+log "the peer's QP errors out (bounded: the retry budget, not a hang)"
+rc=0
+wait_pid_bounded "$survivor" 120 || rc=$?
+sed "s/^/  [client] /" "$TMPD/hold.client"
+case $rc in
+  3) grep -Eq '^hold [0-9]+ error ' "$TMPD/hold.client" || fail "exit 3 without a 'hold N error STATUS' line" ;;
+  4) fail "the peer saw no completion at all within its timeout: its QP hung" ;;
+  124) fail "the peer did not exit within 120 s" ;;
+  *) fail "the peer exited $rc, expected 3 (a failed completion)" ;;
+esac
+status=$(sed -nE 's/^hold [0-9]+ error (.*)$/\1/p' "$TMPD/hold.client" | head -1)
+log "  the peer's completion status: $status"
+[[ "$status" != "success" ]] || fail "the peer's last completion was a success"
+
+log "the peer's own resources went with its exit too"
+wait_until 30 "status of $VNIC_B to forget pid $survivor" \
+  eval "host timeout 10 '$RRDMA_VNIC' status '$VNIC_B' --json >'$TMPD/status-b.json' && ! grep -q '\"pid\": *$survivor\b' '$TMPD/status-b.json'"
+status_snapshot "$VNIC_A" "$TMPD/status-final.json"

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The RC operations of verbs_ops with nftables on the bridge dropping 5% of the RoCE v2
+# frames (UDP port 4791) in both directions, at random: every operation must still
+# complete, with every byte intact, and the vnics' counters must show the recovery
+# (retransmissions by the requesters). UC and UD are left out: they are unreliable by
+# definition (IBA ch. 9), a lost packet is a lost message.
+#
+# The scene lives in a private host namespace (use_private_host): the nftables table is
+# then the test's own (this kernel refuses `meta ibrname` in a bridge rule, so a rule could
+# not otherwise be kept to our bridge), goes with the namespace, and br_netfilter's IPv4
+# checks on the bridge (the host's bridge-nf-call-iptables=1, docs/TESTING.md) are off.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/verbs_lib.sh"
+TEST_DEADLINE=${RRDMA_TEST_DEADLINE:-840}
+init_test vl
+require_system
+command -v nft >/dev/null || skip "no 'nft' command (nftables)"
+use_private_host
+verbs_scene
+KEEP_GOING=1
+
+LOSS_PERCENT=${RRDMA_LOSS_PERCENT:-5}
+log "nftables: drop $LOSS_PERCENT% of UDP 4791 frames forwarded by $BR"
+host nft -f - <<NFT || fail "cannot load the nftables rule"
+table bridge rrdma_loss {
+  chain forward {
+    type filter hook forward priority 0; policy accept;
+    ether type ip udp dport 4791 numgen random mod 100 < $LOSS_PERCENT counter drop
+  }
+}
+NFT
+
+stats_snapshot "$VNIC_A" "$TMPD/a0.json"
+stats_snapshot "$VNIC_B" "$TMPD/b0.json"
+for case_name in rc_send rc_send_imm rc_write rc_write_imm rc_read rc_compare_swap rc_fetch_add; do
+  log "case $case_name"
+  run_pair "$case_name" 400 --case "$case_name" --seed "$ID_NUM" ${RRDMA_LOSS_SIZES:+--sizes "$RRDMA_LOSS_SIZES"}
+done
+stats_snapshot "$VNIC_A" "$TMPD/a1.json"
+stats_snapshot "$VNIC_B" "$TMPD/b1.json"
+
+dropped=$(host nft list table bridge rrdma_loss | sed -nE 's/.*counter packets ([0-9]+).*/\1/p')
+log "nftables dropped ${dropped:-?} RoCE frames"
+expect_ge "${dropped:-x}" 1 "frames dropped by the nftables rule"
+log "the requesters retransmitted (vnic B: every case's requester; vnic A: nothing to send but responses)"
+verbs_counter_delta_at_least "$TMPD/b0.json" "$TMPD/b1.json" engine.retransmits 1
+finish_cases
