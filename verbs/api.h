@@ -507,6 +507,7 @@ class CompletionQueue {
 
  private:
   friend class Context;
+  friend class ProtectionDomain;
   explicit CompletionQueue(std::shared_ptr<client::CompletionQueue> impl);
   void attach();
   std::shared_ptr<client::CompletionQueue> impl_;
