@@ -1,5 +1,8 @@
 #include "vnic/config.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include <cstdint>
 
 namespace rrdma::vnic {
@@ -145,10 +148,19 @@ Validated validate(const UpArguments& args) {
   if (args.bridge && args.uplink && *args.bridge == *args.uplink) {
     return refuse("the uplink cannot be the bridge itself");
   }
+  if (args.group && !is_valid_group_name(*args.group)) return refuse("bad group name '" + *args.group + "'");
+  config.group = args.group;
   config.bridge = args.bridge;
   config.create_bridge = args.create_bridge;
   config.uplink = args.uplink;
   return {std::move(config), {}};
+}
+
+bool is_valid_group_name(std::string_view name) {
+  if (name.empty() || name.size() > 32 || name.front() == '-') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.';
+  });
 }
 
 }  // namespace rrdma::vnic

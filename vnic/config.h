@@ -24,6 +24,9 @@ struct VnicConfig {
   bool create_bridge = false;
   std::optional<std::string> uplink;
   std::optional<stack::Ipv4Address> gateway;
+  // Who may use the NIC: the control socket is mode 0660, owner root, group this one (the
+  // daemon resolves the name when it starts); without it root's group only.
+  std::optional<std::string> group;
 };
 
 // The arguments as text, before any check.
@@ -36,6 +39,7 @@ struct UpArguments {
   bool create_bridge = false;
   std::optional<std::string> uplink;
   std::optional<std::string> gateway;
+  std::optional<std::string> group;
 };
 
 // Either a config or the one-line reason the arguments are refused.
@@ -45,6 +49,10 @@ struct Validated {
 };
 
 Validated validate(const UpArguments& args);
+
+// A group name as useradd(8) accepts it: 1..32 of letters, digits, '_', '-', '.', not
+// starting with '-'. Whether the group exists is checked by the daemon.
+bool is_valid_group_name(std::string_view name);
 
 // An interface name the kernel accepts (1..15 bytes, IFNAMSIZ) and that is also safe as
 // a file name under /run/rrdma: letters, digits, '-', '_', '.', not "." or "..".

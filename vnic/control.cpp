@@ -71,14 +71,16 @@ nlohmann::json answer(std::string_view message, const PeerCredentials& peer,
   }
 }
 
-ControlServer::ControlServer(std::filesystem::path path, EventLoop& loop, RequestHandler handler)
-    : path_(std::move(path)), loop_(loop), handler_(std::move(handler)) {
+ControlServer::ControlServer(std::filesystem::path path, EventLoop& loop, RequestHandler handler,
+                             std::optional<VerbsHooks> verbs, std::optional<gid_t> group)
+    : path_(std::move(path)), loop_(loop), handler_(std::move(handler)), verbs_(std::move(verbs)) {
   listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw std::system_error(errno, std::generic_category(), "control socket");
   const sockaddr_un address = address_of(path_);
   ::unlink(path_.c_str());
   if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::chmod(path_.c_str(), 0660) != 0 || ::listen(listen_fd_, 16) != 0) {
+      ::chmod(path_.c_str(), 0660) != 0 || (group && ::chown(path_.c_str(), 0, *group) != 0) ||
+      ::listen(listen_fd_, 16) != 0) {
     const int error = errno;
     ::close(listen_fd_);
     ::unlink(path_.c_str());
@@ -88,9 +90,10 @@ ControlServer::ControlServer(std::filesystem::path path, EventLoop& loop, Reques
 }
 
 ControlServer::~ControlServer() {
-  for (const auto& [fd, peer] : clients_) {
+  for (const auto& [fd, connection] : clients_) {
     loop_.unwatch(fd);
     ::close(fd);
+    if (connection.verbs_client && verbs_) verbs_->disconnected(connection.id);
   }
   loop_.unwatch(listen_fd_);
   ::close(listen_fd_);
@@ -107,39 +110,84 @@ void ControlServer::accept_clients() {
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0) {
       peer = {credentials.pid, credentials.uid, credentials.gid};
     }
-    clients_.emplace(fd, peer);
+    clients_.emplace(fd, Connection{peer, next_client_id_++, false});
+    ++counters_.connections;
     loop_.watch(fd, [this, fd](Instant) { serve(fd); });
   }
 }
 
+// One request per message; the first byte says which protocol (a peek, so that a verbs
+// frame is then received whole with its fds by verbs::control::receive_message).
 void ControlServer::serve(int fd) {
-  std::vector<char> buffer(kMaxControlMessage);
   for (;;) {
-    const ssize_t received = ::recv(fd, buffer.data(), buffer.size(), MSG_TRUNC);
-    if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    if (received <= 0) {
+    std::uint8_t first = 0;
+    const ssize_t peeked = ::recv(fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (peeked <= 0) {
       drop(fd);
       return;
     }
-    ++requests_;
-    const auto peer = clients_[fd];
-    log_request(peer, std::string_view(buffer.data(), std::min<std::size_t>(static_cast<std::size_t>(received), buffer.size())));
-    const nlohmann::json reply =
-        static_cast<std::size_t>(received) > buffer.size()
-            ? error_reply("request larger than " + std::to_string(kMaxControlMessage) + " bytes")
-            : answer(std::string_view(buffer.data(), static_cast<std::size_t>(received)), peer, handler_);
-    const std::string text = reply.dump();
-    if (::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
-      drop(fd);  // a client that does not read its replies loses its connection
-      return;
-    }
+    const bool verbs_frame = verbs_ && !verbs::control::is_admin_json(ByteSpan(&first, 1));
+    if (!(verbs_frame ? serve_verbs(fd) : serve_admin(fd))) return;
   }
+}
+
+// False when the connection was dropped.
+bool ControlServer::serve_admin(int fd) {
+  std::vector<char> buffer(kMaxControlMessage);
+  const ssize_t received = ::recv(fd, buffer.data(), buffer.size(), MSG_TRUNC | MSG_DONTWAIT);
+  if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+  if (received <= 0) {
+    drop(fd);
+    return false;
+  }
+  ++requests_;
+  ++counters_.admin_requests;
+  const auto peer = clients_[fd].peer;
+  log_request(peer, std::string_view(buffer.data(), std::min<std::size_t>(static_cast<std::size_t>(received), buffer.size())));
+  const nlohmann::json reply =
+      static_cast<std::size_t>(received) > buffer.size()
+          ? error_reply("request larger than " + std::to_string(kMaxControlMessage) + " bytes")
+          : answer(std::string_view(buffer.data(), static_cast<std::size_t>(received)), peer, handler_);
+  const std::string text = reply.dump();
+  if (::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    drop(fd);  // a client that does not read its replies loses its connection
+    return false;
+  }
+  return true;
+}
+
+bool ControlServer::serve_verbs(int fd) {
+  verbs::control::Received received = verbs::control::receive_message(fd);
+  if (received.error == verbs::control::IoError::WouldBlock) return false;
+  if (received.error != verbs::control::IoError::None || received.message.is_reply()) {
+    if (received.error != verbs::control::IoError::PeerClosed) ++counters_.verbs_bad_frames;
+    drop(fd);
+    return false;
+  }
+  ++requests_;
+  ++counters_.verbs_requests;
+  Connection& connection = clients_[fd];
+  if (!connection.verbs_client) {
+    connection.verbs_client = true;
+    verbs_->connected(connection.id, connection.peer);
+  }
+  const verbs::control::Message reply = verbs_->request(connection.id, received.message, received.fds);
+  if (verbs::control::send_message(fd, reply, {}) != verbs::control::IoError::None) {
+    drop(fd);
+    return false;
+  }
+  return true;
 }
 
 void ControlServer::drop(int fd) {
   loop_.unwatch(fd);
   ::close(fd);
-  clients_.erase(fd);
+  auto it = clients_.find(fd);
+  if (it == clients_.end()) return;
+  const Connection connection = it->second;
+  clients_.erase(it);
+  if (connection.verbs_client && verbs_) verbs_->disconnected(connection.id);
 }
 
 std::optional<ControlClient> ControlClient::connect(const std::filesystem::path& path,

@@ -1,8 +1,12 @@
-// The control socket: /run/rrdma/NAME.sock, SOCK_SEQPACKET (one message = one JSON
-// object, boundaries kept by the kernel), mode 0660. Requests {"cmd":"status"},
-// {"cmd":"stats"}, {"cmd":"down"}; replies are JSON objects, errors {"error":"..."}.
-// The verbs client library will use the same socket (SO_PEERCRED says who asks;
-// SCM_RIGHTS will carry memfds and eventfds).
+// The control socket: /run/rrdma/NAME.sock, SOCK_SEQPACKET (one message = one request,
+// boundaries kept by the kernel), mode 0660, group root or `up --group`. Two kinds of
+// request share it, told apart by the first byte (verbs::control::is_admin_json):
+//   - admin JSON: {"cmd":"status"}, {"cmd":"stats"}, {"cmd":"down"}; replies are JSON
+//     objects, errors {"error":"..."};
+//   - verbs frames (first byte 0x89, verbs/control_protocol.h) from the client library,
+//     with memfds and eventfds as SCM_RIGHTS. Each connection is one verbs client (SO_PEERCRED
+//     says who); a frame that does not parse ends the connection, and so does closing it:
+//     the VerbsHooks tear its resources down.
 #pragma once
 
 #include <sys/types.h>
@@ -16,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "verbs/control_protocol.h"
 #include "vnic/event_loop.h"
 
 namespace rrdma::vnic {
@@ -35,27 +40,59 @@ using RequestHandler =
 nlohmann::json answer(std::string_view message, const PeerCredentials& peer,
                       const RequestHandler& handler);
 
+// What the daemon does with verbs frames. `client` is a per-connection id, never reused.
+struct VerbsHooks {
+  // The first verbs frame of a connection arrived (before `request` is called for it).
+  std::function<void(std::uint64_t client, const PeerCredentials& peer)> connected;
+  // A connection that had sent verbs frames closed (or was dropped).
+  std::function<void(std::uint64_t client)> disconnected;
+  std::function<verbs::control::Message(std::uint64_t client, const verbs::control::Message& request,
+                                        verbs::control::ReceivedFds& fds)>
+      request;
+};
+
+struct ControlServerCounters {
+  std::uint64_t admin_requests = 0;
+  std::uint64_t verbs_requests = 0;
+  std::uint64_t verbs_bad_frames = 0;   // connection dropped
+  std::uint64_t connections = 0;
+};
+
 class ControlServer {
  public:
   // Binds and listens at `path` (replacing a stale socket file) and watches it on `loop`.
-  ControlServer(std::filesystem::path path, EventLoop& loop, RequestHandler handler);
+  // The socket is mode 0660; with `group` its group is that gid (its members may connect).
+  ControlServer(std::filesystem::path path, EventLoop& loop, RequestHandler handler,
+                std::optional<VerbsHooks> verbs = std::nullopt, std::optional<gid_t> group = std::nullopt);
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
 
   std::uint64_t requests() const { return requests_; }
+  const ControlServerCounters& counters() const { return counters_; }
 
  private:
+  struct Connection {
+    PeerCredentials peer;
+    std::uint64_t id = 0;
+    bool verbs_client = false;
+  };
+
   void accept_clients();
   void serve(int fd);
+  bool serve_admin(int fd);
+  bool serve_verbs(int fd);
   void drop(int fd);
 
   std::filesystem::path path_;
   EventLoop& loop_;
   RequestHandler handler_;
+  std::optional<VerbsHooks> verbs_;
   int listen_fd_ = -1;
-  std::map<int, PeerCredentials> clients_;
+  std::map<int, Connection> clients_;
+  std::uint64_t next_client_id_ = 1;
   std::uint64_t requests_ = 0;
+  ControlServerCounters counters_;
 };
 
 // The CLI's side: blocking calls with a deadline (the CLI is not an event loop).

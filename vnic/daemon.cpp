@@ -1,6 +1,7 @@
 #include "vnic/daemon.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
@@ -23,7 +24,9 @@
 #include "vnic/control.h"
 #include "vnic/event_loop.h"
 #include "vnic/link.h"
+#include "verbs/nic.h"
 #include "vnic/report.h"
+#include "vnic/roce_port.h"
 #include "vnic/runtime.h"
 #include "vnic/tap.h"
 
@@ -126,6 +129,31 @@ class TapSink : public stack::FrameSink {
   EventLoop* loop_ = nullptr;
 };
 
+// The verbs device's view of the loop: doorbell watches and eventfd writes.
+class LoopWatcher final : public verbs::FdWatcher {
+ public:
+  void attach(EventLoop& loop) { loop_ = &loop; }
+  void watch(int fd, Handler on_ready) override { loop_->watch(fd, std::move(on_ready)); }
+  void unwatch(int fd) override { loop_->unwatch(fd); }
+  void signal(int fd) override { loop_->signal_eventfd(fd); }
+  void forget(int fd) override { loop_->forget_eventfd(fd); }
+
+ private:
+  EventLoop* loop_ = nullptr;
+};
+
+// The gid of `up --group`, resolved when the daemon starts.
+std::optional<gid_t> resolve_group(const std::optional<std::string>& name) {
+  if (!name) return std::nullopt;
+  std::vector<char> buffer(16384);
+  group entry{};
+  group* found = nullptr;
+  if (::getgrnam_r(name->c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) {
+    throw std::runtime_error("no group named " + *name);
+  }
+  return found->gr_gid;
+}
+
 class Daemon {
  public:
   Daemon(const VnicConfig& config, PidFileLock lock, std::vector<std::string>& notes);
@@ -140,6 +168,8 @@ class Daemon {
   void attach_bridge_and_uplink();
   void create_tap();
   void start_loop();
+  void start_nic();
+  void start_control();
   void watch_signals();
   void record_changes();
   nlohmann::json handle(const nlohmann::json& request, const PeerCredentials& peer);
@@ -158,6 +188,9 @@ class Daemon {
   std::optional<EventLoop> loop_;
   TapSink sink_;
   std::optional<stack::Interface> interface_;
+  LoopWatcher watcher_;
+  std::optional<RocePort> roce_;
+  std::optional<verbs::Nic> nic_;
   int signal_fd_ = -1;
   std::optional<ControlServer> control_;
 };
@@ -172,11 +205,9 @@ Daemon::Daemon(const VnicConfig& config, PidFileLock lock, std::vector<std::stri
     attach_bridge_and_uplink();
     create_tap();
     start_loop();
+    start_nic();
     watch_signals();
-    control_.emplace(paths_.socket, *loop_,
-                     [this](const nlohmann::json& request, const PeerCredentials& peer) {
-                       return handle(request, peer);
-                     });
+    start_control();
     lock_.write_pid(::getpid());
   } catch (...) {
     tear_down();
@@ -256,6 +287,39 @@ void Daemon::start_loop() {
   loop_->add_timer_source([this](Instant now) { return interface_->poll(now); });
 }
 
+// The verbs device on UDP 4791. Its timers (retransmission, RNR waits) and the work it
+// defers run as a timer source of the loop.
+void Daemon::start_nic() {
+  watcher_.attach(*loop_);
+  roce_.emplace(*interface_);
+  verbs::NicConfig nic_config;
+  nic_config.address = config_.address.address;
+  nic_config.mac = config_.mac;
+  nic_config.netdev_mtu = config_.mtu;
+  nic_.emplace(nic_config, *roce_, watcher_);
+  roce_->attach(&*nic_);
+  loop_->add_timer_source([this](Instant now) {
+    nic_->advance(now);
+    return nic_->next_deadline();
+  });
+}
+
+void Daemon::start_control() {
+  VerbsHooks hooks;
+  hooks.connected = [this](std::uint64_t client, const PeerCredentials& peer) {
+    nic_->client_connected({client, peer.pid, peer.uid});
+  };
+  hooks.disconnected = [this](std::uint64_t client) { nic_->client_disconnected(client, Clock::now()); };
+  hooks.request = [this](std::uint64_t client, const verbs::control::Message& request,
+                         verbs::control::ReceivedFds& fds) {
+    return nic_->handle(client, request, fds, Clock::now());
+  };
+  control_.emplace(
+      paths_.socket, *loop_,
+      [this](const nlohmann::json& request, const PeerCredentials& peer) { return handle(request, peer); },
+      std::move(hooks), resolve_group(config_.group));
+}
+
 void Daemon::watch_signals() {
   sigset_t signals;
   sigemptyset(&signals);
@@ -277,9 +341,17 @@ nlohmann::json Daemon::handle(const nlohmann::json& request, const PeerCredentia
   const auto cmd = request["cmd"].get<std::string>();
   const Instant now = Clock::now();
   if (cmd == "status") {
-    return status_json(StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now)});
+    return status_json(
+        StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now), nic_->listing()});
   }
-  if (cmd == "stats") return stats_json(interface_->counters(), loop_->counters());
+  if (cmd == "stats") {
+    nlohmann::json stats = stats_json(interface_->counters(), loop_->counters());
+    add_layer(stats, "roce", roce_->named_counters());
+    add_layer(stats, "engine", named(nic_->engine_counters()));
+    add_layer(stats, "verbs", named(nic_->counters()));
+    add_layer(stats, "dma", named(nic_->dma_counters()));
+    return stats;
+  }
   if (cmd == "down") {
     log_line("stopping: down requested by uid " + std::to_string(peer.uid));
     loop_->stop();
@@ -304,8 +376,10 @@ void Daemon::tear_down() {
   if (std::exchange(torn_down_, true)) return;
   std::vector<std::string> notes;
   try {
-    control_.reset();
+    control_.reset();  // disconnects every verbs client: the Nic tears their resources down
     if (signal_fd_ >= 0) ::close(std::exchange(signal_fd_, -1));
+    nic_.reset();
+    roce_.reset();
     interface_.reset();
     loop_.reset();
     tap_.reset();

@@ -27,7 +27,9 @@ constexpr auto kShutdownCancelGrace = std::chrono::seconds(1);
 // user_data: the kind of request in the top byte, its argument (slot, watch id,
 // timer generation) below.
 enum class Kind : std::uint8_t { kFrameRead = 1, kWrite, kWatch, kWatchRemove, kTimeout,
-                                 kTimeoutUpdate, kCancel };
+                                 kTimeoutUpdate, kCancel, kSignal };
+// The 8 bytes an eventfd write adds; static so it outlives every write in flight.
+constexpr std::uint64_t kEventfdIncrement = 1;
 constexpr std::uint64_t tag(Kind kind, std::uint64_t argument = 0) {
   return (static_cast<std::uint64_t>(kind) << 56) | (argument & ((1ULL << 56) - 1));
 }
@@ -201,6 +203,31 @@ void EventLoop::unwatch(int fd) {
 
 void EventLoop::add_timer_source(TimerSource source) { timer_sources_.push_back(std::move(source)); }
 
+void EventLoop::signal_eventfd(int fd) {
+  if (stopping_ || signal_of_fd_.count(fd) != 0) return;
+  const std::uint64_t id = next_signal_id_++;
+  io_uring_sqe* sqe = next_sqe();
+  io_uring_prep_write(sqe, fd, &kEventfdIncrement, sizeof(kEventfdIncrement), 0);
+  io_uring_sqe_set_data64(sqe, tag(Kind::kSignal, id));
+  ++inflight_;
+  signals_in_flight_.emplace(id, fd);
+  signal_of_fd_.emplace(fd, id);
+  io_uring_submit(&ring_);
+  ++counters_.submits;
+}
+
+void EventLoop::forget_eventfd(int fd) { signal_of_fd_.erase(fd); }
+
+void EventLoop::on_signal_done(const io_uring_cqe& cqe) {
+  const std::uint64_t id = argument_of(cqe.user_data);
+  auto it = signals_in_flight_.find(id);
+  if (it == signals_in_flight_.end()) return;
+  if (auto by_fd = signal_of_fd_.find(it->second); by_fd != signal_of_fd_.end() && by_fd->second == id) {
+    signal_of_fd_.erase(by_fd);
+  }
+  signals_in_flight_.erase(it);
+}
+
 std::optional<Instant> EventLoop::run_timer_sources(Instant now) {
   std::optional<Instant> earliest;
   for (auto& source : timer_sources_) {
@@ -273,6 +300,7 @@ void EventLoop::dispatch(const io_uring_cqe& cqe, Instant now) {
       // -ENOENT: the timeout fired before the update reached it; its own completion
       // clears armed_deadline_ and the next iteration arms afresh.
       break;
+    case Kind::kSignal: on_signal_done(cqe); break;
     case Kind::kWatchRemove:
     case Kind::kCancel: break;
   }

@@ -84,6 +84,16 @@ class EventLoop {
 
   void add_timer_source(TimerSource source);
 
+  // Adds 1 to the eventfd `fd` with an io_uring write, so that the loop never blocks on it
+  // even when another process shares the fd, cleared O_NONBLOCK and let the counter fill
+  // (the verbs completion channels, docs/VERBS_DATAPATH.md). At most one write per fd is
+  // in flight: while one is pending the reader is woken anyway. Submitted at once, so the
+  // fd number is resolved before its owner can close it.
+  void signal_eventfd(int fd);
+  // The fd is about to be closed: a write still pending no longer stops new ones to a new
+  // fd of the same number.
+  void forget_eventfd(int fd);
+
   // Runs until stop(); then flushes queued transmits and cancels everything in flight,
   // so that no request still holds a reference to any watched fd or the TAP.
   void run();
@@ -107,6 +117,7 @@ class EventLoop {
   void on_write_done(const io_uring_cqe& cqe);
   void on_watch_ready(const io_uring_cqe& cqe, Instant now);
   void on_timeout(const io_uring_cqe& cqe);
+  void on_signal_done(const io_uring_cqe& cqe);
   void recycle_buffer(unsigned buffer_id);
   void reap_completions(Instant now);
   void shut_down();
@@ -138,6 +149,10 @@ class EventLoop {
 
   std::map<std::uint64_t, Watch> watches_;  // keyed by a never-reused id
   std::uint64_t next_watch_id_ = 1;
+
+  std::map<std::uint64_t, int> signals_in_flight_;  // never-reused id -> eventfd
+  std::map<int, std::uint64_t> signal_of_fd_;
+  std::uint64_t next_signal_id_ = 1;
 
   std::vector<TimerSource> timer_sources_;
   std::optional<Instant> armed_deadline_;

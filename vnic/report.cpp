@@ -1,5 +1,7 @@
 #include "vnic/report.h"
 
+#include "verbs/qp_rules.h"
+
 #include <chrono>
 #include <sstream>
 
@@ -18,6 +20,39 @@ nlohmann::json text_or_null(const std::optional<std::string>& text) {
 
 std::string text_or_dash(const nlohmann::json& value) {
   return value.is_string() ? value.get<std::string>() : std::string("-");
+}
+
+const char* qp_type_name(rocev2::QpType type) {
+  switch (type) {
+    case rocev2::QpType::Rc: return "RC";
+    case rocev2::QpType::Uc: return "UC";
+    case rocev2::QpType::Ud: return "UD";
+  }
+  return "?";
+}
+
+nlohmann::json processes_json(const std::vector<verbs::ClientListing>& listings) {
+  nlohmann::json processes = nlohmann::json::array();
+  for (const auto& l : listings) {
+    nlohmann::json qps = nlohmann::json::array();
+    for (const auto& qp : l.qps) {
+      qps.push_back({{"handle", qp.handle},
+                     {"qpn", qp.qpn.value()},
+                     {"type", qp_type_name(qp.type)},
+                     {"state", verbs::state_name(qp.state)}});
+    }
+    processes.push_back({{"pid", l.client.pid},
+                         {"uid", l.client.uid},
+                         {"client", l.client.id},
+                         {"contexts", l.contexts.size()},
+                         {"pds", l.pds.size()},
+                         {"mrs", l.mrs},
+                         {"cqs", l.cqs.size()},
+                         {"srqs", l.srqs.size()},
+                         {"ahs", l.ahs.size()},
+                         {"qps", std::move(qps)}});
+  }
+  return processes;
 }
 
 }  // namespace
@@ -40,7 +75,50 @@ nlohmann::json status_json(const StatusReport& report) {
           {"gateway", text_or_null(gateway)},
           {"pid", report.pid},
           {"uptime_s", whole_seconds(report.uptime)},
-          {"neighbours", std::move(neighbours)}};
+          {"neighbours", std::move(neighbours)},
+          {"processes", processes_json(report.processes)}};
+}
+
+NamedCounters named(const rocev2::EngineCounters& c) {
+  return {{"packets_received", c.packets_received}, {"packets_sent", c.packets_sent},
+          {"unknown_qpn", c.unknown_qpn},           {"bad_opcode", c.bad_opcode},
+          {"bad_header", c.bad_header},             {"wrong_state", c.wrong_state},
+          {"cnp_received", c.cnp_received},         {"duplicate_requests", c.duplicate_requests},
+          {"out_of_sequence", c.out_of_sequence},   {"naks_sent", c.naks_sent},
+          {"rnr_naks_sent", c.rnr_naks_sent},       {"naks_received", c.naks_received},
+          {"rnr_naks_received", c.rnr_naks_received}, {"retransmits", c.retransmits},
+          {"timeouts", c.timeouts},                 {"ghost_responses", c.ghost_responses},
+          {"qkey_mismatch", c.qkey_mismatch},       {"uc_messages_dropped", c.uc_messages_dropped}};
+}
+
+NamedCounters named(const verbs::NicCounters& c) {
+  return {{"requests", c.requests},
+          {"requests_refused", c.requests_refused},
+          {"clients_connected", c.clients_connected},
+          {"clients_disconnected", c.clients_disconnected},
+          {"doorbells", c.doorbells},
+          {"send_wqes", c.send_wqes},
+          {"bad_send_wqes", c.bad_send_wqes},
+          {"bad_recv_wqes", c.bad_recv_wqes},
+          {"broken_rings", c.broken_rings},
+          {"completions", c.completions},
+          {"completions_dropped", c.completions_dropped},
+          {"cq_overruns", c.cq_overruns},
+          {"cq_notifications", c.cq_notifications},
+          {"async_events", c.async_events},
+          {"async_events_dropped", c.async_events_dropped},
+          {"srq_limit_events", c.srq_limit_events}};
+}
+
+NamedCounters named(const verbs::DmaCounters& c) {
+  return {{"transfers", c.transfers}, {"refused", c.refused},     {"process_gone", c.process_gone},
+          {"faults", c.faults},       {"partial", c.partial},     {"other_errors", c.other_errors}};
+}
+
+void add_layer(nlohmann::json& stats, std::string_view layer, const NamedCounters& counters) {
+  nlohmann::json values = nlohmann::json::object();
+  for (const auto& [name, value] : counters) values[std::string(name)] = value;
+  stats[std::string(layer)] = std::move(values);
 }
 
 std::vector<std::pair<std::string, std::uint64_t>> named(const LoopCounters& c) {
@@ -93,6 +171,18 @@ std::string format_status(const nlohmann::json& status) {
   for (const auto& entry : neighbours) {
     out << "  " << entry.value("ip", "?") << "  " << entry.value("mac", "?") << "  age "
         << entry.value("age_s", 0) << " s\n";
+  }
+  const auto processes = status.value("processes", nlohmann::json::array());
+  out << "processes:" << (processes.empty() ? " none" : "") << "\n";
+  for (const auto& p : processes) {
+    out << "  pid " << p.value("pid", 0) << " (uid " << p.value("uid", 0) << "): " << p.value("contexts", 0)
+        << " contexts, " << p.value("pds", 0) << " PDs, " << p.value("mrs", 0) << " MRs, " << p.value("cqs", 0)
+        << " CQs, " << p.value("srqs", 0) << " SRQs, " << p.value("ahs", 0) << " AHs, "
+        << p.value("qps", nlohmann::json::array()).size() << " QPs\n";
+    for (const auto& qp : p.value("qps", nlohmann::json::array())) {
+      out << "    QP " << qp.value("qpn", 0) << "  " << qp.value("type", "?") << "  " << qp.value("state", "?")
+          << "\n";
+    }
   }
   return out.str();
 }

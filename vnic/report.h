@@ -1,21 +1,27 @@
 // The JSON the daemon answers with, and its rendering for humans. Pure: the shapes are
 // a contract with the system tests and the demo script.
 //   status: {"name","mac","ip","mtu","bridge"|null,"gateway"|null,"pid","uptime_s",
-//            "neighbours":[{"ip","mac","age_s"}]}
+//            "neighbours":[{"ip","mac","age_s"}],
+//            "processes":[{"pid","uid","client","contexts","pds","mrs","cqs","srqs","ahs",
+//                          "qps":[{"handle","qpn","type","state"}]}]}
 //   stats:  {"ethernet":{...},"arp":{...},"ipv4":{...},"icmp":{...},"udp":{...},
-//            "daemon":{...}}   layer -> counter name -> number
+//            "daemon":{...},"roce":{...},"engine":{...},"verbs":{...},"dma":{...}}
+//            layer -> counter name -> number
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "rocev2/engine/engine.h"
 #include "stack/interface.h"
+#include "verbs/nic.h"
 #include "vnic/config.h"
 #include "vnic/event_loop.h"
 
@@ -26,7 +32,10 @@ struct StatusReport {
   pid_t pid;
   Duration uptime;
   std::vector<stack::ArpEntry> neighbours;
+  std::vector<verbs::ClientListing> processes = {};  // the verbs clients, by connection
 };
+
+using NamedCounters = std::vector<std::pair<std::string_view, std::uint64_t>>;
 
 nlohmann::json status_json(const StatusReport& report);
 
@@ -36,6 +45,11 @@ nlohmann::json stats_json(const std::vector<stack::Counter>& stack_counters,
                           const LoopCounters& loop_counters);
 
 std::vector<std::pair<std::string, std::uint64_t>> named(const LoopCounters& counters);
+NamedCounters named(const rocev2::EngineCounters& counters);
+NamedCounters named(const verbs::NicCounters& counters);
+NamedCounters named(const verbs::DmaCounters& counters);
+// Adds (or replaces) one layer of counters in a stats object.
+void add_layer(nlohmann::json& stats, std::string_view layer, const NamedCounters& counters);
 
 std::string format_status(const nlohmann::json& status);
 std::string format_stats(const nlohmann::json& stats);

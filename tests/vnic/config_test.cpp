@@ -163,3 +163,19 @@ TEST_CASE("bridge options must be consistent", "[vnic][config]") {
   args.bridge = "rv0";
   CHECK_FALSE(refusal(args).empty());
 }
+
+TEST_CASE("--group takes a group name, not a path or an option", "[vnic][config]") {
+  UpArguments args;
+  args.name = "rv0";
+  args.ip = "10.66.0.10/24";
+  args.group = "rdma-users";
+  const auto accepted = validate(args);
+  REQUIRE(accepted.config);
+  CHECK(accepted.config->group == std::optional<std::string>("rdma-users"));
+  for (const char* bad : {"", "-rdma", "a/b", "x:y", "name with space", "abcdefghijklmnopqrstuvwxyz0123456"}) {
+    args.group = bad;
+    const auto refused = validate(args);
+    CHECK_FALSE(refused.config);
+    CHECK(refused.error.find("group") != std::string::npos);
+  }
+}

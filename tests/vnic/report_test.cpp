@@ -25,7 +25,8 @@ TEST_CASE("status JSON has exactly the documented fields and types", "[vnic][rep
   stack::ArpEntry neighbour{*stack::Ipv4Address::parse("10.66.0.20"),
                             *stack::MacAddress::parse("02:11:22:33:44:55"), std::chrono::milliseconds(7500)};
   const json status = status_json(StatusReport{config, 4242, std::chrono::seconds(90), {neighbour}});
-  CHECK(status.size() == 9);
+  CHECK(status.size() == 10);
+  CHECK(status["processes"] == json::array());
   CHECK(status["name"] == "rv0");
   CHECK(status["mac"] == "02:00:00:aa:bb:cc");
   CHECK(status["ip"] == "10.66.0.10/24");
@@ -37,6 +38,34 @@ TEST_CASE("status JSON has exactly the documented fields and types", "[vnic][rep
   CHECK(status["uptime_s"].is_number_integer());
   REQUIRE(status["neighbours"].size() == 1);
   CHECK(status["neighbours"][0] == json{{"ip", "10.66.0.20"}, {"mac", "02:11:22:33:44:55"}, {"age_s", 7}});
+}
+
+TEST_CASE("status JSON lists each verbs client with its objects and QPs", "[vnic][report]") {
+  const auto config = sample_config();
+  verbs::ClientListing client;
+  client.client = {3, 777, 1000};
+  client.contexts = {1};
+  client.pds = {2, 5};
+  client.mrs = 4;
+  client.cqs = {3};
+  client.qps = {{6, rocev2::Qpn(17), rocev2::QpType::Rc, IBV_QPS_RTS}, {7, rocev2::Qpn(18), rocev2::QpType::Ud, IBV_QPS_INIT}};
+  const json status = status_json(StatusReport{config, 1, {}, {}, {client}});
+  REQUIRE(status["processes"].size() == 1);
+  const json& p = status["processes"][0];
+  CHECK(p["pid"] == 777);
+  CHECK(p["uid"] == 1000);
+  CHECK(p["contexts"] == 1);
+  CHECK(p["pds"] == 2);
+  CHECK(p["mrs"] == 4);
+  CHECK(p["cqs"] == 1);
+  CHECK(p["srqs"] == 0);
+  REQUIRE(p["qps"].size() == 2);
+  CHECK(p["qps"][0] == json{{"handle", 6}, {"qpn", 17}, {"type", "RC"}, {"state", "RTS"}});
+  CHECK(p["qps"][1]["type"] == "UD");
+  CHECK(p["qps"][1]["state"] == "INIT");
+  const std::string text = format_status(status);
+  CHECK(text.find("pid 777 (uid 1000): 1 contexts, 2 PDs, 4 MRs, 1 CQs, 0 SRQs, 0 AHs, 2 QPs") != std::string::npos);
+  CHECK(text.find("QP 17  RC  RTS") != std::string::npos);
 }
 
 TEST_CASE("status JSON: absent bridge and gateway are null, neighbours an empty array", "[vnic][report]") {

@@ -1,0 +1,103 @@
+#include "vnic/roce_port.h"
+
+#include "rocev2/encap.h"
+#include "rocev2/icrc.h"
+#include "rocev2/opcode.h"
+#include "rocev2/types.h"
+#include "rocev2/wire.h"
+
+namespace rrdma::vnic {
+namespace {
+
+// Writes the ICRC as the last 4 bytes of the finished IPv4 packet: only now are the
+// IPv4 header's identification, length and checksum final, and the ICRC covers the IPv4
+// and UDP headers (with the variant fields masked, rocev2/icrc.h).
+class IcrcFinalizer final : public stack::PacketFinalizer {
+ public:
+  void finalize(MutableByteSpan ip_packet) override {
+    if (ip_packet.empty()) return;
+    const std::size_t ihl = static_cast<std::size_t>(ip_packet[0] & 0x0F) * 4;
+    const std::size_t headers = ihl + rocev2::IcrcCalculator::kUdpHeaderLength;
+    if (ip_packet.size() < headers + rocev2::kIcrcLength) return;
+    const ByteSpan all(ip_packet.data(), ip_packet.size());
+    const auto icrc = rocev2::compute_icrc(all.subspan(0, ihl), all.subspan(ihl, rocev2::IcrcCalculator::kUdpHeaderLength),
+                                           all.subspan(headers, ip_packet.size() - headers - rocev2::kIcrcLength));
+    if (!icrc) return;
+    const auto bytes = rocev2::icrc_bytes(*icrc);
+    std::copy(bytes.begin(), bytes.end(), ip_packet.end() - rocev2::kIcrcLength);
+  }
+};
+
+}  // namespace
+
+RocePort::RocePort(stack::Interface& interface) : interface_(interface) {
+  interface_.bind_udp(rocev2::kRoceV2Port, *this);
+}
+
+RocePort::~RocePort() { interface_.unbind_udp(rocev2::kRoceV2Port); }
+
+void RocePort::receive_udp(const stack::UdpDatagram& datagram, Instant now) {
+  ++counters_.rx_packets;
+  // The stack's spans all point into the one received frame; the ICRC needs them as one
+  // IPv4 packet (which ends where the UDP datagram ends).
+  const std::uint8_t* start = datagram.ip_header.data();
+  if (datagram.ip_header.data() + datagram.ip_header.size() != datagram.udp_header.data() ||
+      datagram.udp_header.data() + datagram.udp_header.size() != datagram.payload.data()) {
+    ++counters_.rx_malformed;
+    return;
+  }
+  const ByteSpan ipv4_packet(start, datagram.ip_header.size() + datagram.udp_header.size() + datagram.payload.size());
+  switch (rocev2::verify_icrc(ipv4_packet)) {
+    case rocev2::IcrcError::none: break;
+    case rocev2::IcrcError::truncated: ++counters_.rx_malformed; return;
+    case rocev2::IcrcError::mismatch: ++counters_.rx_bad_icrc; return;
+  }
+  rocev2::TransportPacket packet;
+  if (rocev2::parse_transport(datagram.payload, packet) != rocev2::TransportError::none) {
+    ++counters_.rx_bad_transport;
+    return;
+  }
+  if (nic_ == nullptr) {
+    ++counters_.rx_no_device;
+    return;
+  }
+  nic_->receive(packet, rocev2::PacketSource{datagram.ip.source, datagram.source_port, datagram.ip_header}, now);
+}
+
+void RocePort::send(const rocev2::OutgoingPacket& out, std::uint16_t udp_source_port, Instant now) {
+  const std::size_t length = rocev2::transport_length(out.packet);
+  scratch_.resize(length);
+  if (rocev2::emit_transport(out.packet, MutableByteSpan(scratch_.data(), length)) != rocev2::EmitError::none) {
+    ++counters_.tx_emit_errors;
+    return;
+  }
+  stack::UdpSend request;
+  request.destination = out.dest;
+  request.source_port = udp_source_port;
+  request.destination_port = rocev2::kRoceV2Port;
+  request.payload = ByteSpan(scratch_.data(), length - rocev2::kIcrcLength);
+  request.trailer_length = rocev2::kIcrcLength;
+  request.compute_checksum = false;  // RoCE v2 sends UDP checksum 0: the ICRC covers it
+  request.ttl = rocev2::kRoceTtl;
+  IcrcFinalizer finalizer;
+  switch (interface_.send_udp(request, now, &finalizer)) {
+    case stack::SendResult::sent: ++counters_.tx_packets; break;
+    case stack::SendResult::queued:
+      ++counters_.tx_packets;
+      ++counters_.tx_arp_pending;
+      break;
+    case stack::SendResult::unroutable: ++counters_.tx_unroutable; break;
+    case stack::SendResult::too_big: ++counters_.tx_too_big; break;
+  }
+}
+
+std::vector<std::pair<std::string_view, std::uint64_t>> RocePort::named_counters() const {
+  const RocePortCounters& c = counters_;
+  return {{"rx_packets", c.rx_packets},     {"rx_bad_icrc", c.rx_bad_icrc},
+          {"rx_bad_transport", c.rx_bad_transport}, {"rx_malformed", c.rx_malformed},
+          {"rx_no_device", c.rx_no_device}, {"tx_packets", c.tx_packets},
+          {"tx_arp_pending", c.tx_arp_pending}, {"tx_unroutable", c.tx_unroutable},
+          {"tx_too_big", c.tx_too_big},     {"tx_emit_errors", c.tx_emit_errors}};
+}
+
+}  // namespace rrdma::vnic

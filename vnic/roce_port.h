@@ -1,0 +1,58 @@
+// The RoCE v2 glue between the stack and the verbs device: UDP port 4791 of the vnic's
+// Interface. Received datagrams are checked as RoCE v2 packets (ICRC over the IPv4 and UDP
+// headers as received, IBA Annex A17.3.3; then the transport headers) and handed to the Nic
+// with where they came from; packets the engine sends go out through send_udp with a
+// finalizer that writes the ICRC once the IPv4 header is final. Hostile input: every packet
+// that fails a check is counted under its reason and dropped.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "rocev2/packet.h"
+#include "stack/interface.h"
+#include "verbs/nic.h"
+
+namespace rrdma::vnic {
+
+struct RocePortCounters {
+  std::uint64_t rx_packets = 0;
+  std::uint64_t rx_bad_icrc = 0;
+  std::uint64_t rx_bad_transport = 0;   // parse_transport refused the headers
+  std::uint64_t rx_malformed = 0;       // ICRC does not fit, or headers not contiguous
+  std::uint64_t rx_no_device = 0;       // no Nic attached yet
+  std::uint64_t tx_packets = 0;         // handed to the stack (sent or waiting for ARP)
+  std::uint64_t tx_arp_pending = 0;     // of which queued until ARP resolves
+  std::uint64_t tx_unroutable = 0;
+  std::uint64_t tx_too_big = 0;         // larger than the IP MTU: the path MTU is too large
+  std::uint64_t tx_emit_errors = 0;
+};
+
+class RocePort final : public stack::UdpHandler, public verbs::PacketPort {
+ public:
+  // Binds UDP 4791 on `interface` until destroyed.
+  explicit RocePort(stack::Interface& interface);
+  ~RocePort() override;
+  RocePort(const RocePort&) = delete;
+  RocePort& operator=(const RocePort&) = delete;
+
+  // Where verified packets go. The Nic needs this port to exist first, hence a setter;
+  // nullptr detaches (packets are then counted and dropped).
+  void attach(verbs::Nic* nic) { nic_ = nic; }
+
+  void receive_udp(const stack::UdpDatagram& datagram, Instant now) override;
+  void send(const rocev2::OutgoingPacket& packet, std::uint16_t udp_source_port, Instant now) override;
+
+  const RocePortCounters& counters() const { return counters_; }
+  std::vector<std::pair<std::string_view, std::uint64_t>> named_counters() const;
+
+ private:
+  stack::Interface& interface_;
+  verbs::Nic* nic_ = nullptr;
+  std::vector<std::uint8_t> scratch_;
+  RocePortCounters counters_;
+};
+
+}  // namespace rrdma::vnic
