@@ -57,6 +57,8 @@ class GuardedBuffer {
   std::size_t length() const { return length_; }
   v::Sge sge() const { return {mr_.address() + kGuardBytes, static_cast<std::uint32_t>(length_), mr_.lkey()}; }
   v::RemoteBuffer remote() const { return {mr_.address() + kGuardBytes, mr_.rkey(), length_}; }
+  // The whole MR, guards included: where "past the MR's end" starts.
+  v::RemoteBuffer whole_remote() const { return {mr_.address(), mr_.rkey(), mr_.length()}; }
   const v::MemoryRegion& mr() const { return mr_; }
 
   // "" when both guards hold kGuard; else where the first foreign byte is.
@@ -603,8 +605,8 @@ std::string refused_write_case(Peer& peer, const Case& c) {
   return verdict;
 }
 
-// READ of 64 bytes starting 32 bytes before the MR's end: REM_ACCESS_ERR, the local buffer
-// untouched (no partial READ response is placed).
+// READ of 64 bytes starting 32 bytes before the MR's end (the end of the whole MR, guards
+// included): REM_ACCESS_ERR, the local buffer untouched (no partial response is placed).
 std::string read_past_end_case(Peer& peer, const Case& c) {
   constexpr std::size_t kLength = 4096;
   Link link = make_link(peer, Transport::Rc);
@@ -612,7 +614,7 @@ std::string read_past_end_case(Peer& peer, const Case& c) {
     GuardedBuffer source(peer.pd, kLength, v::access::kLocalWrite | v::access::kRemoteRead);
     fill_pattern(source.payload(), c.seed);
     Fields setup = endpoint_fields(link.local);
-    add_remote(setup, source.remote());
+    add_remote(setup, source.whole_remote());
     const v::Endpoint remote = endpoint_of(swap_setup(peer, setup));
     connect(peer, link, remote, Transport::Rc, v::access::kRemoteRead);
     peer.side.send({{"step", "ready"}});
@@ -627,7 +629,7 @@ std::string read_past_end_case(Peer& peer, const Case& c) {
   const v::RemoteBuffer source = remote_of(setup);
   connect(peer, link, remote, Transport::Rc, v::access::kRemoteRead);
   peer.side.expect("ready", peer.timeout());
-  link.qp.post_send(v::SendWorkRequest::read(kSendWrId, in.sges, source, kLength - 32));
+  link.qp.post_send(v::SendWorkRequest::read(kSendWrId, in.sges, source, source.length - 32));
   const auto wc = link.cq.wait(peer.timeout());
   std::string verdict =
       check_completion(wc, "read completion", v::WcStatus::RemAccessErr, std::nullopt, kSendWrId, link.qp.qp_num());
@@ -681,7 +683,9 @@ std::string recv_too_small_case(Peer& peer, const Case& c) {
 std::string rnr_case(Peer& peer, const Case& c) {
   const bool eventually = c.info.kind == CaseKind::RnrThenSuccess;
   constexpr std::size_t kLength = 4096;
-  const Rnr rnr{1, static_cast<std::uint8_t>(eventually ? 7 : 1)};  // min_rnr_timer 1: 0.01 ms
+  // Timer code 12 = 0.64 ms between retries while the receive is late; code 1 = 0.01 ms when
+  // only the retry count matters (IBA table 45).
+  const Rnr rnr{static_cast<std::uint8_t>(eventually ? 12 : 1), static_cast<std::uint8_t>(eventually ? 7 : 1)};
   Link link = make_link(peer, Transport::Rc);
   if (peer.server()) {
     Pieces in(peer.pd, kLength, peer.options.sges, 1, v::access::kLocalWrite);
@@ -1060,14 +1064,23 @@ int isolation(Peer& peer) {
 // ---------------------------------------------------------------------------------------
 
 int run(const Options& options) {
-  v::Context context = v::Context::open(options.device);
-  v::ProtectionDomain pd = context.alloc_pd();
-  const v::Mtu active_mtu = context.query_port().active_mtu;
-  const std::size_t mtu = static_cast<std::size_t>(v::mtu_bytes(active_mtu));
+  // The side channel first: a side that cannot open its device tells the other at once
+  // instead of leaving it waiting for a connection.
   const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout);
   SideChannel side = options.role == Role::Server ? SideChannel::accept_one(options.port, wait)
                                                   : SideChannel::connect_to(options.peer_address, options.port, wait);
-  Peer peer{options, std::move(side), std::move(context), std::move(pd), active_mtu, mtu};
+  std::optional<v::Context> context;
+  std::optional<v::ProtectionDomain> pd;
+  try {
+    context.emplace(v::Context::open(options.device));
+    pd.emplace(context->alloc_pd());
+  } catch (const std::exception& e) {
+    side.send({{"step", "abort"}, {"reason", std::string("cannot open ") + options.device + ": " + e.what()}});
+    throw;
+  }
+  const v::Mtu active_mtu = context->query_port().active_mtu;
+  const std::size_t mtu = static_cast<std::size_t>(v::mtu_bytes(active_mtu));
+  Peer peer{options, std::move(side), std::move(*context), std::move(*pd), active_mtu, mtu};
   if (options.hold) return hold(peer);
   if (!options.isolation_role.empty()) return isolation(peer) == 0 ? 0 : 1;
   return run_cases(peer) == 0 ? 0 : 1;
