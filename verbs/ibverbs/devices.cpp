@@ -1,12 +1,7 @@
 // Device discovery: a device is a running vnic, found by its control socket
-// $RRDMA_RUN_DIR/NAME.sock (default /run/rrdma, docs/VERBS_DATAPATH.md "Finding a device").
-// RRDMA_DEVICES=NAME[,NAME...] restricts the list to those vnics (what `rrdma-vnic exec
-// --dev` sets). There is no sysfs: the device's paths name the socket.
-#include <dirent.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
+// $RRDMA_RUN_DIR/NAME.sock (default /run/rrdma, docs/VERBS_DATAPATH.md "Finding a device";
+// client::list_devices). RRDMA_DEVICES=NAME[,NAME...] restricts the list to those vnics (what
+// `rrdma-vnic exec --dev` sets). There is no sysfs: the device's paths name the socket.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -20,8 +15,6 @@
 namespace rrdma::ibverbs {
 namespace {
 
-constexpr std::string_view kSocketSuffix = ".sock";
-
 // Devices by name, never freed (see DeviceBox).
 struct Registry {
   std::mutex mutex;
@@ -30,41 +23,6 @@ struct Registry {
 Registry& registry() {
   static Registry* instance = new Registry;  // never destroyed: programs call verbs from atexit
   return *instance;
-}
-
-bool valid_name(std::string_view name) {
-  if (name.empty() || name.size() >= IBV_SYSFS_NAME_MAX || name == "." || name == "..") return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-           c == '_' || c == '.';
-  });
-}
-
-// A socket file outlives a daemon killed with SIGKILL: only one that accepts is a device.
-bool daemon_listening(const std::string& path) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (path.size() >= sizeof address.sun_path) return false;
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
-  ::close(fd);
-  return ok;
-}
-
-std::vector<std::string> names_in_run_dir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* stream = ::opendir(dir.c_str());
-  if (stream == nullptr) return names;
-  while (const dirent* entry = ::readdir(stream)) {
-    const std::string_view file = entry->d_name;
-    if (file.size() <= kSocketSuffix.size() || !file.ends_with(kSocketSuffix)) continue;
-    names.emplace_back(file.substr(0, file.size() - kSocketSuffix.size()));
-  }
-  ::closedir(stream);
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 std::vector<std::string> names_from_environment(const char* list) {
@@ -108,11 +66,6 @@ DeviceBox* device_named(Registry& reg, const std::string& name, const std::strin
 
 }  // namespace
 
-std::string run_dir() {
-  const char* dir = std::getenv("RRDMA_RUN_DIR");
-  return dir != nullptr && *dir != '\0' ? dir : "/run/rrdma";
-}
-
 }  // namespace rrdma::ibverbs
 
 using namespace rrdma::ibverbs;
@@ -120,13 +73,15 @@ using namespace rrdma::ibverbs;
 extern "C" {
 
 RRDMA_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
-  const std::string dir = run_dir();
-  const char* wanted = std::getenv("RRDMA_DEVICES");
-  std::vector<std::string> names =
-      wanted != nullptr && *wanted != '\0' ? names_from_environment(wanted) : names_in_run_dir(dir);
-  std::erase_if(names, [&](const std::string& name) {
-    return !valid_name(name) || !daemon_listening(dir + "/" + name + ".sock");
-  });
+  const std::string dir = client::run_directory();
+  std::vector<std::string> names;
+  for (const auto& entry : client::list_devices()) names.push_back(entry.name);
+  if (const char* wanted = std::getenv("RRDMA_DEVICES"); wanted != nullptr && *wanted != '\0') {
+    const auto allowed = names_from_environment(wanted);
+    std::erase_if(names, [&](const std::string& name) {
+      return std::find(allowed.begin(), allowed.end(), name) == allowed.end();
+    });
+  }
   auto** list = static_cast<ibv_device**>(std::calloc(names.size() + 1, sizeof(ibv_device*)));
   if (list == nullptr) return fail_null<ibv_device*>(ENOMEM);
   Registry& reg = registry();

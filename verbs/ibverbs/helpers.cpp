@@ -59,9 +59,6 @@ void copy_ah_attr(ibv_ah_attr& dst, const ib_uverbs_ah_attr& src) {
 
 // Declared by rdma-core's internal headers (driver.h, marshall.h), which Debian does not ship.
 extern "C" {
-enum ibv_gid_type_sysfs { IBV_GID_TYPE_SYSFS_IB_ROCE_V1, IBV_GID_TYPE_SYSFS_ROCE_V2 };
-RRDMA_EXPORT int ibv_query_gid_type(ibv_context* context, std::uint8_t port_num, unsigned int index,
-                                    ibv_gid_type_sysfs* type);
 RRDMA_EXPORT void ibv_copy_ah_attr_from_kern(ibv_ah_attr* dst, ib_uverbs_ah_attr* src);
 RRDMA_EXPORT void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, ib_uverbs_qp_attr* src);
 RRDMA_EXPORT void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path_rec* src);
@@ -74,7 +71,7 @@ RRDMA_EXPORT int ibv_dofork_range(void* base, size_t size);
 
 extern "C" {
 
-const char* ibv_wc_status_str(enum ibv_wc_status status) {
+RRDMA_EXPORT const char* ibv_wc_status_str(enum ibv_wc_status status) {
   static const char* const kNames[] = {
       "success", "local length error", "local QP operation error",
       "local EE context operation error", "local protection error", "Work Request Flushed Error",
@@ -87,7 +84,7 @@ const char* ibv_wc_status_str(enum ibv_wc_status status) {
   return pick(kNames, static_cast<unsigned>(status), "unknown");
 }
 
-const char* ibv_node_type_str(enum ibv_node_type node_type) {
+RRDMA_EXPORT const char* ibv_node_type_str(enum ibv_node_type node_type) {
   static const char* const kNames[] = {"InfiniBand channel adapter", "InfiniBand switch",
                                        "InfiniBand router", "iWARP NIC", "usNIC", "usNIC UDP",
                                        "unspecified"};
@@ -95,13 +92,13 @@ const char* ibv_node_type_str(enum ibv_node_type node_type) {
   return index < 0 ? "unknown" : pick(kNames, static_cast<unsigned>(index), "unknown");
 }
 
-const char* ibv_port_state_str(enum ibv_port_state port_state) {
+RRDMA_EXPORT const char* ibv_port_state_str(enum ibv_port_state port_state) {
   static const char* const kNames[] = {"PORT_NOP", "PORT_DOWN", "PORT_INIT", "PORT_ARMED",
                                        "PORT_ACTIVE", "PORT_ACTIVE_DEFER"};
   return pick(kNames, static_cast<unsigned>(port_state), "invalid state");
 }
 
-const char* ibv_event_type_str(enum ibv_event_type event) {
+RRDMA_EXPORT const char* ibv_event_type_str(enum ibv_event_type event) {
   static const char* const kNames[] = {
       "CQ error", "local work queue catastrophic error",
       "invalid request local work queue error", "local access violation work queue error",
@@ -112,25 +109,25 @@ const char* ibv_event_type_str(enum ibv_event_type event) {
   return pick(kNames, static_cast<unsigned>(event), "unknown");
 }
 
-int ibv_rate_to_mult(enum ibv_rate rate) {
+RRDMA_EXPORT int ibv_rate_to_mult(enum ibv_rate rate) {
   for (const auto& row : kRates)
     if (row.rate == rate && row.mult != 0) return row.mult;
   return -1;
 }
 
-enum ibv_rate mult_to_ibv_rate(int mult) {
+RRDMA_EXPORT enum ibv_rate mult_to_ibv_rate(int mult) {
   for (const auto& row : kRates)
     if (row.mult == mult && mult != 0) return row.rate;
   return IBV_RATE_MAX;
 }
 
-int ibv_rate_to_mbps(enum ibv_rate rate) {
+RRDMA_EXPORT int ibv_rate_to_mbps(enum ibv_rate rate) {
   for (const auto& row : kRates)
     if (row.rate == rate) return row.mbps;
   return -1;
 }
 
-enum ibv_rate mbps_to_ibv_rate(int mbps) {
+RRDMA_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps) {
   for (const auto& row : kRates)
     if (row.mbps == mbps) return row.rate;
   return IBV_RATE_MAX;
@@ -138,15 +135,15 @@ enum ibv_rate mbps_to_ibv_rate(int mbps) {
 
 // We never pin application memory (the daemon reaches it with process_vm_readv/writev), so a
 // fork needs no preparation: madvise(MADV_DONTFORK) is not used and fork is always safe.
-int ibv_fork_init(void) { return 0; }
-enum ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
-int ibv_dontfork_range(void*, size_t) { return 0; }
-int ibv_dofork_range(void*, size_t) { return 0; }
+RRDMA_EXPORT int ibv_fork_init(void) { return 0; }
+RRDMA_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
+RRDMA_EXPORT int ibv_dontfork_range(void*, size_t) { return 0; }
+RRDMA_EXPORT int ibv_dofork_range(void*, size_t) { return 0; }
 
 // A vnic has no sysfs node: there is no /sys/class/infiniband entry to read.
-const char* ibv_get_sysfs_path(void) { return "/sys"; }
+RRDMA_EXPORT const char* ibv_get_sysfs_path(void) { return "/sys"; }
 
-int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
+RRDMA_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
   if (dir == nullptr || file == nullptr || buf == nullptr || size == 0) {
     errno = EINVAL;
     return -1;
@@ -162,11 +159,11 @@ int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t siz
   return static_cast<int>(length);
 }
 
-void ibv_copy_ah_attr_from_kern(ibv_ah_attr* dst, ib_uverbs_ah_attr* src) {
+RRDMA_EXPORT void ibv_copy_ah_attr_from_kern(ibv_ah_attr* dst, ib_uverbs_ah_attr* src) {
   if (dst != nullptr && src != nullptr) copy_ah_attr(*dst, *src);
 }
 
-void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, ib_uverbs_qp_attr* src) {
+RRDMA_EXPORT void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, ib_uverbs_qp_attr* src) {
   if (dst == nullptr || src == nullptr) return;
   dst->qp_state = static_cast<ibv_qp_state>(src->qp_state);
   dst->cur_qp_state = static_cast<ibv_qp_state>(src->cur_qp_state);
@@ -199,7 +196,7 @@ void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, ib_uverbs_qp_attr* src) {
   dst->alt_timeout = src->alt_timeout;
 }
 
-void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path_rec* src) {
+RRDMA_EXPORT void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path_rec* src) {
   if (dst == nullptr || src == nullptr) return;
   std::memcpy(dst->dgid.raw, src->dgid, sizeof dst->dgid.raw);
   std::memcpy(dst->sgid.raw, src->sgid, sizeof dst->sgid.raw);
@@ -222,7 +219,7 @@ void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path_rec* src) {
   dst->preference = src->preference;
 }
 
-void ibv_copy_path_rec_to_kern(ib_user_path_rec* dst, ibv_sa_path_rec* src) {
+RRDMA_EXPORT void ibv_copy_path_rec_to_kern(ib_user_path_rec* dst, ibv_sa_path_rec* src) {
   if (dst == nullptr || src == nullptr) return;
   std::memcpy(dst->dgid, src->dgid.raw, sizeof dst->dgid);
   std::memcpy(dst->sgid, src->sgid.raw, sizeof dst->sgid);
