@@ -65,9 +65,13 @@ void RocePort::receive_udp(const stack::UdpDatagram& datagram, Instant now) {
 }
 
 void RocePort::send(const rocev2::OutgoingPacket& out, std::uint16_t udp_source_port, Instant now) {
-  const std::size_t length = rocev2::transport_length(out.packet);
+  // The engine leaves the BTH's pad count to the wire layer (as encap.h's
+  // emit_frame_headers sets it); emit_transport refuses a pad count that does not match.
+  rocev2::TransportPacket packet = out.packet;
+  packet.bth.pad_count = rocev2::pad_count_for(packet.payload.size());
+  const std::size_t length = rocev2::transport_length(packet);
   scratch_.resize(length);
-  if (rocev2::emit_transport(out.packet, MutableByteSpan(scratch_.data(), length)) != rocev2::EmitError::none) {
+  if (rocev2::emit_transport(packet, MutableByteSpan(scratch_.data(), length)) != rocev2::EmitError::none) {
     ++counters_.tx_emit_errors;
     return;
   }
