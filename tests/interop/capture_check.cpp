@@ -1,0 +1,144 @@
+// rrdma_capture_check: checks every RoCE v2 frame of a capture with the project's own parser
+// and ICRC (rocev2::parse_frame), and reports, per sending address, what the sender chose
+// where the spec leaves a choice (UDP source port, AckReq, MigReq, TTL, DSCP/ECN, pad).
+//
+//   rrdma_capture_check FILE [--expect-source A.B.C.D]...
+//
+// Frames that are not IPv4/UDP to port 4791 (ARP, TCP of the pingpong's setup) are skipped.
+// Exit status: 0 when every RoCE frame parses with a good ICRC and every expected source
+// sent at least one; 1 when not (each bad frame is named on stderr); 2 on a usage or file
+// error.
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rocev2/encap.h"
+#include "rocev2/opcode.h"
+#include "stack/addresses.h"
+#include "tests/capture_file.h"
+
+namespace {
+
+using rrdma::rocev2::FrameError;
+
+struct SenderSummary {
+  std::size_t packets = 0;
+  std::size_t ack_req = 0;
+  std::size_t mig_req = 0;
+  std::map<std::string_view, std::size_t> opcodes;
+  std::set<unsigned> udp_source_ports;
+  std::set<unsigned> ttls;
+  std::set<unsigned> dscp_ecn;
+  std::set<unsigned> pad_counts;
+  std::set<bool> dont_fragment;
+};
+
+struct Options {
+  std::string path;
+  std::vector<rrdma::stack::Ipv4Address> expected_sources;
+};
+
+// Not RoCE v2 at all, as opposed to RoCE v2 that is broken.
+bool is_other_traffic(FrameError e) {
+  return e == FrameError::not_ipv4 || e == FrameError::not_udp || e == FrameError::not_roce_port;
+}
+
+template <typename T>
+std::string join(const std::set<T>& values) {
+  std::string out;
+  for (const T& v : values) out += (out.empty() ? "" : ",") + std::to_string(v);
+  return out;
+}
+
+void record(SenderSummary& s, const rrdma::rocev2::RoceFrame& f) {
+  ++s.packets;
+  s.ack_req += f.packet.bth.ack_req ? 1 : 0;
+  s.mig_req += f.packet.bth.mig_req ? 1 : 0;
+  ++s.opcodes[rrdma::rocev2::opcode_info(f.packet.bth.opcode).name];
+  s.udp_source_ports.insert(f.headers.udp.source_port);
+  s.ttls.insert(f.headers.ipv4.ttl);
+  s.dscp_ecn.insert(unsigned(f.headers.ipv4.dscp) << 2 | f.headers.ipv4.ecn);
+  s.pad_counts.insert(f.packet.bth.pad_count);
+  s.dont_fragment.insert(f.headers.ipv4.dont_fragment);
+}
+
+void print(const rrdma::stack::Ipv4Address& source, const SenderSummary& s) {
+  std::printf("source %s packets %zu ackreq %zu migreq %zu udp_sport %s ttl %s tos %s pad %s df %s\n",
+              source.to_string().c_str(), s.packets, s.ack_req, s.mig_req, join(s.udp_source_ports).c_str(),
+              join(s.ttls).c_str(), join(s.dscp_ecn).c_str(), join(s.pad_counts).c_str(),
+              join(s.dont_fragment).c_str());
+  for (const auto& [name, count] : s.opcodes) {
+    std::printf("  %-28.*s %zu\n", int(name.size()), name.data(), count);
+  }
+}
+
+bool parse_options(int argc, char** argv, Options& options) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--expect-source" && i + 1 < argc) {
+      const auto address = rrdma::stack::Ipv4Address::parse(argv[++i]);
+      if (!address) return false;
+      options.expected_sources.push_back(*address);
+    } else if (options.path.empty() && !arg.starts_with("-")) {
+      options.path = arg;
+    } else {
+      return false;
+    }
+  }
+  return !options.path.empty();
+}
+
+int check(const Options& options) {
+  const std::vector<rrdma::test::Frame> frames = rrdma::test::read_capture(options.path);
+  std::map<rrdma::stack::Ipv4Address, SenderSummary> senders;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    rrdma::rocev2::RoceFrame frame;
+    const rrdma::rocev2::RoceFrameCheck result = rrdma::rocev2::parse_frame(frames[i], frame);
+    if (is_other_traffic(result.error)) continue;
+    if (!result.ok()) {
+      ++bad;
+      const std::string_view why = result.error == FrameError::bad_transport
+                                       ? rrdma::rocev2::to_string(result.transport)
+                                       : rrdma::rocev2::to_string(result.error);
+      // Frame numbers count from 1, as Wireshark shows them.
+      std::fprintf(stderr, "frame %zu: %.*s\n", i + 1, int(why.size()), why.data());
+      continue;
+    }
+    record(senders[frame.headers.ipv4.source], frame);
+  }
+  std::size_t total = 0;
+  for (const auto& [source, summary] : senders) {
+    print(source, summary);
+    total += summary.packets;
+  }
+  std::printf("roce frames %zu good, %zu bad, %zu other frames\n", total, bad, frames.size() - total - bad);
+  int status = bad == 0 ? 0 : 1;
+  for (const auto& source : options.expected_sources) {
+    if (!senders.contains(source)) {
+      std::fprintf(stderr, "no RoCE frame from %s\n", source.to_string().c_str());
+      status = 1;
+    }
+  }
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  if (!parse_options(argc, argv, options)) {
+    std::fprintf(stderr, "usage: %s FILE [--expect-source A.B.C.D]...\n", argv[0]);
+    return 2;
+  }
+  try {
+    return check(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 2;
+  }
+}
