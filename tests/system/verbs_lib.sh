@@ -50,20 +50,26 @@ peer_in() {
 start_server() {
   local name=$1
   shift
-  peer_in "$NS_A" --server --dev "$VNIC_A" --port "$PEER_PORT" "$@" >"$TMPD/$name.server" 2>&1 &
+  # Not through peer_in: a function in the background is a subshell, and SERVER_PID must
+  # be the program's own pid (ip netns exec execs it) for kill -9 and for `status`.
+  ip netns exec "$NS_A" "$RRDMA_VERBS_PEER" --server --dev "$VNIC_A" --port "$PEER_PORT" "$@" \
+    >"$TMPD/$name.server" 2>&1 &
   SERVER_PID=$!
 }
 
 # run_pair NAME SECONDS ARGS...: the same arguments on both sides (server in A on vnic A,
-# client in B on vnic B); both must exit 0 within SECONDS. Each side's lines are logged.
-# Returns non-zero (through fail_case) when either side failed.
+# client in B on vnic B); both must exit 0 within SECONDS. Each side waits at most a third
+# of that for any one completion or message, so that a side that gives up still has time
+# to say why before the whole pair is stopped. Each side's lines are logged. Returns
+# non-zero (through fail_case) when either side failed.
 run_pair() {
   local name=$1 limit=$2 server_rc=0 client_rc=0
   shift 2
-  start_server "$name" --timeout "$limit" "$@"
+  local wait=$(( limit / 3 > 0 ? limit / 3 : 1 ))
+  start_server "$name" --timeout "$wait" "$@"
   timeout --kill-after=5 "$limit" \
     ip netns exec "$NS_B" "$RRDMA_VERBS_PEER" --connect "$NS_A_IP" --dev "$VNIC_B" --port "$PEER_PORT" \
-    --timeout "$limit" "$@" >"$TMPD/$name.client" 2>&1 || client_rc=$?
+    --timeout "$wait" "$@" >"$TMPD/$name.client" 2>&1 || client_rc=$?
   wait_pid_bounded "$SERVER_PID" 30 || server_rc=$?
   sed "s/^/  [server] /" "$TMPD/$name.server"
   sed "s/^/  [client] /" "$TMPD/$name.client"
@@ -104,3 +110,13 @@ verbs_counter_delta_at_least() {
   fi
   log "  $3 grew by $(( after - before ))"
 }
+
+# process_pids NAME: the pids `rrdma-vnic status NAME --json` lists under "processes", one
+# a line (empty when none); returns non-zero when status does not answer.
+process_pids() {
+  host timeout 10 "$RRDMA_VNIC" status "$1" --json >"$TMPD/pids.json" 2>/dev/null || return 1
+  "$RRDMA_JSON_GET" processes pid <"$TMPD/pids.json" 2>/dev/null || true
+}
+
+# lists_pid NAME PID: status of NAME lists PID among its processes.
+lists_pid() { process_pids "$1" | grep -qx "$2"; }
