@@ -2,18 +2,24 @@
 // and ICRC (rocev2::parse_frame), and reports, per sending address, what the sender chose
 // where the spec leaves a choice (UDP source port, AckReq, MigReq, TTL, DSCP/ECN, pad).
 //
-//   rrdma_capture_check FILE [--expect-source A.B.C.D]...
+//   rrdma_capture_check FILE [--expect-source A.B.C.D]... [--qp-pair QPN QPN]
 //
+// --qp-pair: the two QPNs of one RC/UC connection (0x prefix for hex); every RC/UC frame
+// addressed to either must carry the UDP source port our encap computes for the pair
+// (rocev2::udp_source_port_connected), i.e. rxe and we must hash connections alike.
 // Frames that are not IPv4/UDP to port 4791 (ARP, TCP of the pingpong's setup) are skipped.
-// Exit status: 0 when every RoCE frame parses with a good ICRC and every expected source
-// sent at least one; 1 when not (each bad frame is named on stderr); 2 on a usage or file
-// error.
+// Exit status: 0 when every RoCE frame parses with a good ICRC (and the right source port),
+// and every expected source sent at least one; 1 when not (each bad frame is named on
+// stderr); 2 on a usage or file error.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <optional>
 #include <map>
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rocev2/encap.h"
@@ -40,6 +46,7 @@ struct SenderSummary {
 struct Options {
   std::string path;
   std::vector<rrdma::stack::Ipv4Address> expected_sources;
+  std::optional<std::pair<rrdma::rocev2::Qpn, rrdma::rocev2::Qpn>> qp_pair;
 };
 
 // Not RoCE v2 at all, as opposed to RoCE v2 that is broken.
@@ -76,6 +83,27 @@ void print(const rrdma::stack::Ipv4Address& source, const SenderSummary& s) {
   }
 }
 
+std::optional<rrdma::rocev2::Qpn> parse_qpn(const char* text) {
+  char* end = nullptr;
+  const unsigned long value = std::strtoul(text, &end, 0);
+  if (end == text || *end != '\0' || value > 0xFF'FFFF) return std::nullopt;
+  return rrdma::rocev2::Qpn(static_cast<std::uint32_t>(value));
+}
+
+bool is_connected_service(rrdma::rocev2::Opcode op) {
+  const auto flags = rrdma::rocev2::opcode_info(op).flags;
+  return flags.has(rrdma::rocev2::OpcodeFlags::kRc) || flags.has(rrdma::rocev2::OpcodeFlags::kUc);
+}
+
+// Empty when the frame's UDP source port is what we would send for the connection.
+std::string_view port_mismatch(const Options& options, const rrdma::rocev2::RoceFrame& f) {
+  if (!options.qp_pair || !is_connected_service(f.packet.bth.opcode)) return {};
+  const auto [a, b] = *options.qp_pair;
+  if (f.packet.bth.dest_qp != a && f.packet.bth.dest_qp != b) return {};
+  if (f.headers.udp.source_port == rrdma::rocev2::udp_source_port_connected(a, b)) return {};
+  return "UDP source port is not udp_source_port_connected() of the QP pair";
+}
+
 bool parse_options(int argc, char** argv, Options& options) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -83,6 +111,12 @@ bool parse_options(int argc, char** argv, Options& options) {
       const auto address = rrdma::stack::Ipv4Address::parse(argv[++i]);
       if (!address) return false;
       options.expected_sources.push_back(*address);
+    } else if (arg == "--qp-pair" && i + 2 < argc) {
+      const auto a = parse_qpn(argv[i + 1]);
+      const auto b = parse_qpn(argv[i + 2]);
+      if (!a || !b) return false;
+      options.qp_pair.emplace(*a, *b);
+      i += 2;
     } else if (options.path.empty() && !arg.starts_with("-")) {
       options.path = arg;
     } else {
@@ -100,11 +134,15 @@ int check(const Options& options) {
     rrdma::rocev2::RoceFrame frame;
     const rrdma::rocev2::RoceFrameCheck result = rrdma::rocev2::parse_frame(frames[i], frame);
     if (is_other_traffic(result.error)) continue;
+    std::string_view why;
     if (!result.ok()) {
+      why = result.error == FrameError::bad_transport ? rrdma::rocev2::to_string(result.transport)
+                                                      : rrdma::rocev2::to_string(result.error);
+    } else {
+      why = port_mismatch(options, frame);
+    }
+    if (!why.empty()) {
       ++bad;
-      const std::string_view why = result.error == FrameError::bad_transport
-                                       ? rrdma::rocev2::to_string(result.transport)
-                                       : rrdma::rocev2::to_string(result.error);
       // Frame numbers count from 1, as Wireshark shows them.
       std::fprintf(stderr, "frame %zu: %.*s\n", i + 1, int(why.size()), why.data());
       continue;
@@ -132,7 +170,7 @@ int check(const Options& options) {
 int main(int argc, char** argv) {
   Options options;
   if (!parse_options(argc, argv, options)) {
-    std::fprintf(stderr, "usage: %s FILE [--expect-source A.B.C.D]...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s FILE [--expect-source A.B.C.D]... [--qp-pair QPN QPN]\n", argv[0]);
     return 2;
   }
   try {

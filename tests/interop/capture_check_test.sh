@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # rrdma_capture_check must refuse what it exists to catch: one flipped bit in one RoCE
-# frame of a golden rxe capture (a bad ICRC), and an expected sender that sent nothing.
+# frame of a golden rxe capture (a bad ICRC), an expected sender that sent nothing, and a
+# UDP source port other than ours for the connection.
 # Environment: RRDMA_CAPTURE_CHECK (the checker), RRDMA_TEST_DATA_DIR (tests/data).
 set -u -o pipefail
 
@@ -18,6 +19,14 @@ rc=0
 "$CHECK" "$GOLDEN" --expect-source 10.77.0.9 >"$TMPD/absent.out" 2>&1 || rc=$?
 [[ $rc == 1 ]] || fail "an absent sender: exit $rc, expected 1"
 grep -q "no RoCE frame from 10.77.0.9" "$TMPD/absent.out" || fail "the absent sender is not named"
+
+# Every capture of tests/data has QPN 0x11 at both ends: a pair that is not the capture's
+# gives another UDP source port, and every RC frame is refused.
+"$CHECK" "$GOLDEN" --qp-pair 0x11 0x11 >"$TMPD/pair.out" 2>&1 || fail "the right QP pair is refused: $(cat "$TMPD/pair.out")"
+rc=0
+"$CHECK" "$GOLDEN" --qp-pair 0x11 0x12 >"$TMPD/pair.out" 2>&1 || rc=$?
+[[ $rc == 1 ]] || fail "a wrong QP pair: exit $rc, expected 1"
+grep -q "UDP source port is not" "$TMPD/pair.out" || fail "a wrong QP pair: the frames are not named"
 
 # Flip one bit 70 bytes into the first Enhanced Packet Block's frame (block type 6; the
 # frame starts 28 bytes into the block): past the Ethernet, IPv4 and UDP headers, inside

@@ -3,7 +3,8 @@
 # fresh bridge run ibv_rc_pingpong against each other, server in one, client in the other,
 # both with `ibv_devinfo -v` first. Passes when both exit 0, each device is an active RoCE
 # port, and tshark's capture on the bridge holds RoCE v2 from both that Wireshark decodes
-# without a malformed packet or an expert note and that our own parser and ICRC accept.
+# without a malformed packet or an expert note and that our own parser and ICRC accept,
+# each frame with the UDP source port our encap would choose for the connection.
 # The capture, the outputs and the checker's summary go to $RRDMA_INTEROP_ARTIFACTS.
 # Environment: RRDMA_CAPTURE_CHECK, RRDMA_INTEROP_ARTIFACTS (tests/interop/CMakeLists.txt),
 # RRDMA_INTEROP_CACHE (build-peer's cache, optional).
@@ -91,6 +92,11 @@ expect_pingpong() {  # expect_pingpong NAME: the full run completed
     fail "$1: no '$ITERATIONS iters' line: $(tail -c 600 "$TMPD/$1.out")"
 }
 
+local_qpn() {  # local_qpn NAME: sets QPN from "  local address:  LID 0x0000, QPN 0x000011, ..."
+  QPN=$(sed -n 's/^ *local address: .*QPN \(0x[0-9a-fA-F]*\),.*/\1/p' "$TMPD/$1.out")
+  [[ "$QPN" =~ ^0x[0-9a-fA-F]+$ ]] || fail "$1: no QPN in its local address line"
+}
+
 # Wireshark decodes every UDP/4791 frame as RRoCE (an InfiniBand BTH), finds nothing
 # malformed and raises no expert information.
 expect_wireshark_clean() {
@@ -128,10 +134,14 @@ SERVER_IP=$NET.2 CLIENT_IP=$NET.3
 start_capture "$TMPD/rxe_rc_pingpong.pcapng"
 
 pingpong="ibv_rc_pingpong -g \$RRDMA_GID_INDEX -n $ITERATIONS -s $SIZE"
+# The server first burns a QPN (a client with nobody to talk to creates its QP, then fails
+# to connect), so the two ends' QPNs differ: only then does the capture tell rxe's UDP
+# source port rule (a function of both QPNs) apart from rules of one QPN.
+burn_qpn="ibv_rc_pingpong -g \$RRDMA_GID_INDEX 127.0.0.1 >/dev/null 2>&1"
 VM_DIRS+=("$TMPD/server" "$TMPD/client")
 started=$SECONDS
 peer start server --netns "$HOST_NS" --bridge "$BRIDGE" --tap "${PREFIX}s" --ip "$SERVER_IP/24" \
-  --timeout 400 --ready-port "$PORT" --ready-timeout 200 -- "ibv_devinfo -v && $pingpong" ||
+  --timeout 400 --ready-port "$PORT" --ready-timeout 200 -- "$burn_qpn; ibv_devinfo -v && $pingpong" ||
   fail "server VM did not get ready: $(cat "$TMPD/server.err")"
 log "server VM ready in $(( SECONDS - started ))s"
 peer run client --netns "$HOST_NS" --bridge "$BRIDGE" --tap "${PREFIX}c" --ip "$CLIENT_IP/24" \
@@ -146,7 +156,14 @@ expect_device client "$CLIENT_IP"
 expect_pingpong server
 expect_pingpong client
 expect_wireshark_clean "$TMPD/rxe_rc_pingpong.pcapng"
+local_qpn server
+SERVER_QPN=$QPN
+local_qpn client
+CLIENT_QPN=$QPN
+log "QPNs: server $SERVER_QPN, client $CLIENT_QPN"
+[[ "$SERVER_QPN" != "$CLIENT_QPN" ]] || log "note: equal QPNs, the UDP source port check is weaker"
 "$RRDMA_CAPTURE_CHECK" "$TMPD/rxe_rc_pingpong.pcapng" --expect-source "$SERVER_IP" --expect-source "$CLIENT_IP" \
-  >"$TMPD/capture_check.out" 2>&1 || fail "our checker refuses the capture: $(cat "$TMPD/capture_check.out")"
+  --qp-pair "$SERVER_QPN" "$CLIENT_QPN" >"$TMPD/capture_check.out" 2>&1 ||
+  fail "our checker refuses the capture: $(cat "$TMPD/capture_check.out")"
 cat "$TMPD/capture_check.out"
 save_artifacts
