@@ -71,14 +71,19 @@ std::size_t CompletionChannel::attached() const {
 // for nothing and then blocks it in the read (ibv_get_cq_event must not block after
 // poll() said the fd was readable).
 void CompletionChannel::collect_fired(std::uint64_t budget) {
+  // The references taken below are dropped after the lock: if one is the last, the CQ's
+  // destructor runs and detaches itself, which needs list_mutex_.
+  std::vector<std::shared_ptr<CompletionQueue>> alive;
   std::lock_guard lock(list_mutex_);
   for (CompletionQueue* cq : attached_) {
     if (budget == 0) return;
     // A CQ whose last reference is going away is still listed until its destructor
     // detaches it (which waits for list_mutex_); skip it.
-    std::shared_ptr<CompletionQueue> alive = cq->weak_from_this().lock();
-    if (!alive || !alive->take_fired()) continue;
-    pending_.push_back(alive);
+    std::shared_ptr<CompletionQueue> listed = cq->weak_from_this().lock();
+    if (!listed) continue;
+    alive.push_back(listed);
+    if (!listed->take_fired()) continue;
+    pending_.push_back(listed);
     --budget;
   }
 }
@@ -86,16 +91,17 @@ void CompletionChannel::collect_fired(std::uint64_t budget) {
 int CompletionChannel::get_cq_event(std::shared_ptr<CompletionQueue>& out, int timeout_ms) {
   std::lock_guard reader(read_mutex_);
   for (;;) {
+    std::shared_ptr<CompletionQueue> fired;
     {
       std::lock_guard lock(list_mutex_);
-      while (!pending_.empty()) {
-        std::shared_ptr<CompletionQueue> cq = pending_.front().lock();
+      while (!fired && !pending_.empty()) {
+        fired = pending_.front().lock();
         pending_.pop_front();
-        if (cq) {
-          out = std::move(cq);
-          return 0;
-        }
       }
+    }
+    if (fired) {
+      out = std::move(fired);  // outside the lock: out may have held a CQ's last reference
+      return 0;
     }
     std::uint64_t count = 0;
     if (const int error = read_event_fd(fd_.get(), timeout_ms, count); error != 0) return error;

@@ -653,6 +653,25 @@ TEST_CASE("client: a destroyed CQ leaves its channel", "[client]") {
   CHECK(channel->attached() == 0);
 }
 
+TEST_CASE("client: get_cq_event may drop the last reference to the CQ its out-parameter held", "[client]") {
+  FakeDaemon daemon;
+  auto context = daemon.open();
+  auto channel = context->create_comp_channel().value;
+  auto held = context->create_cq(4, channel).value;
+  auto armed = context->create_cq(4, channel).value;
+  AdoptedRing& ring = daemon.ring(armed->handle());
+  RingProducer producer(ring.region.bytes(), ring.geometry);
+  REQUIRE(armed->req_notify(false) == 0);
+  REQUIRE(producer.try_push_value(make_cqe(1, 0)) == PushResult::Pushed);
+  REQUIRE(producer.publish_completions(false));
+  ring_eventfd(daemon.fd_of(armed->handle()));
+  // `out` owns the other CQ alone: replacing it destroys that CQ, which leaves the channel.
+  std::shared_ptr<client::CompletionQueue> out = std::move(held);
+  REQUIRE(channel->get_cq_event(out, 0) == 0);
+  CHECK(out == armed);
+  CHECK(channel->attached() == 1);
+}
+
 TEST_CASE("client: resize switches to the new ring the daemon adopted", "[client]") {
   FakeDaemon daemon;
   auto context = daemon.open();
