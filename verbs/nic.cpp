@@ -209,7 +209,7 @@ Message Nic::open_device(std::uint64_t client, const Message& m, control::Receiv
   auto context = std::make_unique<Context>();
   context->events = adopt_ring<RingProducer>(fds, 0, {kEventRingEntries, sizeof(AsyncEventEntry)},
                                              m.words[field::kEventRingBytes], context->region);
-  context->event_fd = Doorbell::adopt(fds.release(1));
+  context->event_fd = Doorbell::adopt_keeping_mode(fds.release(1));
   if (!context->events || !context->event_fd.valid()) return reply(m, EINVAL);
   const Created created = registry_.open_context(client);
   if (!created.ok()) return reply(m, static_cast<std::uint64_t>(created.error));
@@ -343,7 +343,7 @@ Message Nic::create_cq(std::uint64_t client, const Message& m, control::Received
   }
   auto cq = std::make_unique<Cq>();
   cq->ring = adopt_ring<RingProducer>(fds, 0, {capacity, sizeof(Cqe)}, m.words[field::kCqRingBytes], cq->region);
-  cq->notify = Doorbell::adopt(fds.release(1));
+  cq->notify = Doorbell::adopt_keeping_mode(fds.release(1));
   if (!cq->ring || !cq->notify.valid()) return reply(m, EINVAL);
   const Created created = registry_.create_cq(client, static_cast<Handle>(context));
   if (!created.ok()) return reply(m, static_cast<std::uint64_t>(created.error));

@@ -139,7 +139,7 @@ Doorbell Doorbell::create() {
   return Doorbell(fd);
 }
 
-Doorbell Doorbell::adopt(int fd) {
+Doorbell Doorbell::adopt_keeping_mode(int fd) {
   const std::string link = "/proc/self/fd/" + std::to_string(fd);
   char target[64] = {};
   const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
@@ -147,11 +147,18 @@ Doorbell Doorbell::adopt(int fd) {
     if (fd >= 0) close(fd);
     return {};
   }
+  return Doorbell(fd);
+}
+
+Doorbell Doorbell::adopt(int fd) {
+  Doorbell adopted = adopt_keeping_mode(fd);
+  if (!adopted.valid()) return adopted;
+  fd = adopted.fd();
   // The flag lives in the file description we share with the peer, which may clear it again:
   // see docs/VERBS_ABI.md ("A hostile peer") for why the daemon rings through io_uring.
   const int flags = fcntl(fd, F_GETFL);
   if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-  return Doorbell(fd);
+  return adopted;
 }
 
 void Doorbell::ring() const {

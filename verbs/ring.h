@@ -71,6 +71,11 @@ class Doorbell {
   // Takes ownership of an fd from another process; empty unless it really is an eventfd
   // (checked through /proc/self/fd), so a write to it can never block or reach a file.
   static Doorbell adopt(int fd);
+  // The same without making it non-blocking, for an eventfd the daemon only writes through
+  // io_uring and the application reads (a CQ's notify fd, a context's event fd): its mode
+  // is the application's, since ibv_get_cq_event / ibv_get_async_event block unless the
+  // application itself made the fd non-blocking (docs/VERBS_DATAPATH.md).
+  static Doorbell adopt_keeping_mode(int fd);
 
   bool valid() const { return fd_ >= 0; }
   int fd() const { return fd_; }

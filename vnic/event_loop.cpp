@@ -204,7 +204,11 @@ void EventLoop::unwatch(int fd) {
 void EventLoop::add_timer_source(TimerSource source) { timer_sources_.push_back(std::move(source)); }
 
 void EventLoop::signal_eventfd(int fd) {
-  if (stopping_ || signal_of_fd_.count(fd) != 0) return;
+  if (stopping_) return;
+  if (signal_of_fd_.count(fd) != 0) {
+    signal_again_.insert(fd);
+    return;
+  }
   const std::uint64_t id = next_signal_id_++;
   io_uring_sqe* sqe = next_sqe();
   io_uring_prep_write(sqe, fd, &kEventfdIncrement, sizeof(kEventfdIncrement), 0);
@@ -216,16 +220,21 @@ void EventLoop::signal_eventfd(int fd) {
   ++counters_.submits;
 }
 
-void EventLoop::forget_eventfd(int fd) { signal_of_fd_.erase(fd); }
+void EventLoop::forget_eventfd(int fd) {
+  signal_of_fd_.erase(fd);
+  signal_again_.erase(fd);
+}
 
 void EventLoop::on_signal_done(const io_uring_cqe& cqe) {
   const std::uint64_t id = argument_of(cqe.user_data);
   auto it = signals_in_flight_.find(id);
   if (it == signals_in_flight_.end()) return;
-  if (auto by_fd = signal_of_fd_.find(it->second); by_fd != signal_of_fd_.end() && by_fd->second == id) {
-    signal_of_fd_.erase(by_fd);
-  }
+  const int fd = it->second;
   signals_in_flight_.erase(it);
+  auto by_fd = signal_of_fd_.find(fd);
+  if (by_fd == signal_of_fd_.end() || by_fd->second != id) return;  // forgotten meanwhile
+  signal_of_fd_.erase(by_fd);
+  if (signal_again_.erase(fd) != 0) signal_eventfd(fd);
 }
 
 std::optional<Instant> EventLoop::run_timer_sources(Instant now) {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <optional>
 #include <vector>
 
@@ -87,8 +88,9 @@ class EventLoop {
   // Adds 1 to the eventfd `fd` with an io_uring write, so that the loop never blocks on it
   // even when another process shares the fd, cleared O_NONBLOCK and let the counter fill
   // (the verbs completion channels, docs/VERBS_DATAPATH.md). At most one write per fd is
-  // in flight: while one is pending the reader is woken anyway. Submitted at once, so the
-  // fd number is resolved before its owner can close it.
+  // in flight; a signal asked for meanwhile is sent when it completes (the pending write may
+  // already have been read by then, and the reader have gone back to sleep waiting for
+  // this one). Submitted at once, so the fd number is resolved before its owner can close it.
   void signal_eventfd(int fd);
   // The fd is about to be closed: a write still pending no longer stops new ones to a new
   // fd of the same number.
@@ -152,6 +154,7 @@ class EventLoop {
 
   std::map<std::uint64_t, int> signals_in_flight_;  // never-reused id -> eventfd
   std::map<int, std::uint64_t> signal_of_fd_;
+  std::set<int> signal_again_;  // fds asked to be signalled while their write was in flight
   std::uint64_t next_signal_id_ = 1;
 
   std::vector<TimerSource> timer_sources_;

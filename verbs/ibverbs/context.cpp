@@ -71,7 +71,7 @@ RRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   box->state = new ContextState;
   box->state->client = std::move(opened.value);
   box->state->device = box_of(device);
-  box_of(device)->guid = box->state->client->node_guid();
+  box_of(device)->guid = htobe64(box->state->client->node_guid());
   box_of(device)->guid_known = true;
 
   verbs_context& vctx = box->vctx;
@@ -106,7 +106,7 @@ RRDMA_EXPORT __be64 ibv_get_device_guid(ibv_device* device) {
   if (!box->guid_known) {
     auto opened = client::Context::open(device->name);
     if (!opened.ok()) return 0;
-    box->guid = opened.value->node_guid();
+    box->guid = htobe64(opened.value->node_guid());
     box->guid_known = true;
   }
   return box->guid;
@@ -118,8 +118,9 @@ RRDMA_EXPORT int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
   if (const int error = state_of(context).client->query_device(device); error != 0) return fail_code(error);
   *attr = ibv_device_attr{};
   std::snprintf(attr->fw_ver, sizeof attr->fw_ver, "%s", kFirmwareVersion);
-  attr->node_guid = device.node_guid;
-  attr->sys_image_guid = device.node_guid;
+  // The client gives the GUID as a number; ibv_device_attr holds it in network order.
+  attr->node_guid = htobe64(device.node_guid);
+  attr->sys_image_guid = attr->node_guid;
   attr->max_mr_size = device.max_mr_size;
   attr->page_size_cap = device.page_size_cap;
   attr->vendor_id = kVendorId;

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Issue 5: Debian's own, unmodified verbs programs (ibverbs-utils, perftest) over our
+# libibverbs.so.1, between two vnics, through `rrdma-vnic exec`. The scene: one bridge, two
+# vnics on it (A .10, B .11, MTU 9000 so the path MTU is 4096), two namespaces with a veth
+# on the bridge (A .20, B .30) where the programs run; RoCE v2 goes vnic A <-> vnic B, the
+# programs' own side channel is TCP between the namespaces. Prints a table: program,
+# arguments, result, figure (the program's own bandwidth or latency line).
+#
+# RRDMA_IBVERBS_ROWS=REGEX runs only the rows whose "program arguments" match (debugging).
+source "$(dirname "$0")/../system/lib.sh"
+TEST_DEADLINE=${RRDMA_TEST_DEADLINE:-1700}
+init_test i
+require_system
+
+PROGRAMS=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong
+          ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat)
+for program in "${PROGRAMS[@]}"; do
+  command -v "$program" >/dev/null ||
+    skip "no '$program': install Debian's ibverbs-utils and perftest (scripts/deps does)"
+done
+command -v ss >/dev/null || skip "no 'ss' (iproute2)"
+
+BR="${PREFIX}b"
+VNIC_A="${PREFIX}va"
+VNIC_B="${PREFIX}vb"
+NS_A="${PREFIX}-a"
+NS_B="${PREFIX}-b"
+VNIC_A_IP="$NET.10"
+VNIC_B_IP="$NET.11"
+NS_A_IP="$NET.20"
+
+make_bridge "$BR"
+make_peer "$NS_A" "$BR" "${PREFIX}ha" "${PREFIX}na" "$NS_A_IP/24"
+make_peer "$NS_B" "$BR" "${PREFIX}hb" "${PREFIX}nb" "$NET.30/24"
+log "up $VNIC_A ($VNIC_A_IP) and $VNIC_B ($VNIC_B_IP) on $BR, MTU 9000"
+vnic_up "$VNIC_A" --ip "$VNIC_A_IP/24" --mac "$(mac_for 1)" --bridge "$BR" --mtu 9000
+vnic_up "$VNIC_B" --ip "$VNIC_B_IP/24" --mac "$(mac_for 2)" --bridge "$BR" --mtu 9000
+wait_reachable "$NS_A" "$VNIC_B_IP"
+wait_reachable "$NS_B" "$VNIC_A_IP"
+wait_reachable "$NS_B" "$NS_A_IP"
+
+# The line of a program's output that says why it failed (else its last line).
+why() {
+  { grep -iE "fail|error|couldn|unable|invalid|not supported" "$1" || tail -n 1 "$1"; } | tail -n 1 | tr -s ' \t' ' '
+}
+
+# RRDMA_IBVERBS_LOG_DIR=DIR keeps the outputs of failed rows there (debugging).
+keep_logs() {
+  [[ -n "${RRDMA_IBVERBS_LOG_DIR:-}" ]] || return 0
+  mkdir -p "$RRDMA_IBVERBS_LOG_DIR" && cp "$@" "$RRDMA_IBVERBS_LOG_DIR/" 2>/dev/null
+  return 0
+}
+
+# on_vnic NS VNIC PROGRAM ARGS...: PROGRAM in namespace NS, seeing only VNIC, bounded.
+on_vnic() {
+  local ns=$1 dev=$2
+  shift 2
+  ip netns exec "$ns" timeout "${ROW_TIMEOUT:-120}" "$RRDMA_VNIC" exec --dev "$dev" -- "$@"
+}
+
+ROWS=()
+KEEP_GOING=1
+PORT=$(( 20000 + ID_NUM % 20000 ))
+
+# row PROGRAM ARGS RESULT FIGURE
+row() {
+  ROWS+=("$(printf '%-17s %-36s %-6s %s' "$1" "$2" "$3" "$4")")
+  log "$(printf '%-17s %-36s %-6s %s' "$1" "$2" "$3" "$4")"
+}
+
+selected() { [[ -z "${RRDMA_IBVERBS_ROWS:-}" || "$1 $2" =~ $RRDMA_IBVERBS_ROWS ]]; }
+
+# local_row PROGRAM ARGS CHECK...: one program on vnic A; CHECK is a grep -E pattern
+# each of which the output must contain.
+local_row() {
+  local program=$1 args=$2 out="$TMPD/out.$program" rc=0 pattern
+  shift 2
+  selected "$program" "$args" || return 0
+  # shellcheck disable=SC2086
+  on_vnic "$NS_A" "$VNIC_A" "$program" $args >"$out" 2>&1 || rc=$?
+  if (( rc != 0 )); then
+    row "$program" "$args" FAIL "exit $rc: $(why "$out")"
+    keep_logs "$out"
+    fail_case "$program $args: exit $rc"
+    return
+  fi
+  for pattern in "$@"; do
+    if ! grep -qE -- "$pattern" "$out"; then
+      row "$program" "$args" FAIL "no line matches '$pattern'"
+      fail_case "$program $args: output lacks '$pattern' (in $out)"
+      return
+    fi
+  done
+  row "$program" "$args" PASS "$(grep -cE . "$out") lines"
+}
+
+# wait_listening NS PORT PID: the server is ready once it listens (or fails if it died).
+wait_listening() {
+  local end=$(( SECONDS + 30 ))
+  until ip netns exec "$1" ss -ltn "sport = :$2" | grep -q LISTEN; do
+    kill -0 "$3" 2>/dev/null || return 1
+    (( SECONDS < end )) || return 1
+    sleep 0.1
+  done
+}
+
+# pair_row PROGRAM ARGS FIGURE_AWK: the server on vnic A (namespace A), the client on vnic
+# B (namespace B) connecting to namespace A; both must exit 0. FIGURE_AWK picks the figure
+# from the client's output.
+pair_row() {
+  local program=$1 args=$2 figure_awk=$3 port_flag=${4:--p}
+  selected "$program" "$args" || return 0
+  PORT=$(( PORT + 1 ))
+  local server="$TMPD/server.out" client="$TMPD/client.out" server_rc=0 client_rc=0 pid
+  # shellcheck disable=SC2086
+  on_vnic "$NS_A" "$VNIC_A" "$program" -d "$VNIC_A" $args "$port_flag" "$PORT" >"$server" 2>&1 &
+  pid=$!
+  if ! wait_listening "$NS_A" "$PORT" "$pid"; then
+    wait "$pid" || server_rc=$?
+    row "$program" "$args" FAIL "server did not listen (exit $server_rc): $(why "$server")"
+    fail_case "$program $args: server did not start"
+    return
+  fi
+  # shellcheck disable=SC2086
+  on_vnic "$NS_B" "$VNIC_B" "$program" -d "$VNIC_B" $args "$port_flag" "$PORT" "$NS_A_IP" >"$client" 2>&1 ||
+    client_rc=$?
+  wait "$pid" || server_rc=$?
+  if (( client_rc != 0 || server_rc != 0 )); then
+    row "$program" "$args" FAIL "client exit $client_rc: $(why "$client") / server exit $server_rc: $(why "$server")"
+    fail_case "$program $args: client exit $client_rc, server exit $server_rc"
+    cp "$client" "$TMPD/$program.$PORT.client"
+    cp "$server" "$TMPD/$program.$PORT.server"
+    keep_logs "$TMPD/$program.$PORT.client" "$TMPD/$program.$PORT.server"
+    return
+  fi
+  row "$program" "$args" PASS "$(awk "$figure_awk" "$client")"
+}
+
+# The figures: pingpong's "N bytes in S seconds = X Mbit/sec"; perftest's last result line
+# (bw: BW average MB/s column 4; lat: t_avg usec column 6).
+PINGPONG_FIGURE='/Mbit\/sec/ {f = $(NF-1) " Mbit/s"} END {print f}'
+BW_FIGURE='/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ {f = $1 " B: " $4 " MB/s"} END {print f}'
+LAT_FIGURE='/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+/ {f = $1 " B: " $6 " us avg"} END {print f}'
+
+log "--- open and query"
+local_row ibv_devices "" "$VNIC_A"
+local_row ibv_devinfo "-v" "hca_id:[[:space:]]+$VNIC_A" "transport:[[:space:]]+InfiniBand" \
+  "link_layer:[[:space:]]+Ethernet" "active_mtu:[[:space:]]+4096" "state:[[:space:]]+PORT_ACTIVE" \
+  "GID\[ *0\]:.*::ffff:$VNIC_A_IP, RoCE v2"
+
+log "--- the pingpongs"
+for program in ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong; do
+  for size in "" "-s 1" "-s 4096" "-s 65536"; do
+    # UD carries one packet per message: 65536 bytes exceed any path MTU (UD pingpong
+    # refuses it itself), and its buffer also holds the 40-byte GRH.
+    [[ $program == ibv_ud_pingpong && $size == "-s 65536" ]] && continue
+    [[ $program == ibv_ud_pingpong && $size == "-s 4096" ]] && size="-s 4056"
+    pair_row "$program" "-g 0 $size" "$PINGPONG_FIGURE"
+  done
+done
+pair_row ibv_rc_pingpong "-g 0 -e" "$PINGPONG_FIGURE"
+pair_row ibv_rc_pingpong "-g 0 -c" "$PINGPONG_FIGURE"
+
+log "--- perftest"
+# -a runs every size from 2 B to 8 MiB; -n bounds the iterations per size so the whole
+# sweep fits the test's time on a loaded machine.
+for program in ib_write_bw ib_read_bw ib_send_bw; do
+  for args in "-x 0" "-x 0 -a -n 50" "-x 0 -b" "-x 0 -q 4"; do
+    pair_row "$program" "$args" "$BW_FIGURE"
+  done
+done
+for atomic in FETCH_AND_ADD CMP_AND_SWAP; do
+  for args in "-x 0 -A $atomic" "-x 0 -A $atomic -a -n 50" "-x 0 -A $atomic -b" "-x 0 -A $atomic -q 4"; do
+    pair_row ib_atomic_bw "$args" "$BW_FIGURE"
+  done
+done
+for program in ib_write_lat ib_read_lat ib_send_lat; do
+  for args in "-x 0" "-x 0 -a -n 50"; do
+    pair_row "$program" "$args" "$LAT_FIGURE"
+  done
+done
+
+echo
+printf '%-17s %-36s %-6s %s\n' program arguments result figure
+printf '%s\n' "${ROWS[@]}"
+echo
+finish_cases
+log "all ${#ROWS[@]} rows passed"
