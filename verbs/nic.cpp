@@ -555,8 +555,14 @@ Message Nic::modify_qp(std::uint64_t client, const Message& m, Instant now) {
   const ibv_qp_state current = to_ibv(engine_state(qp));
   const ModifyVerdict verdict = validate_modify(qp.type, current, attr, mask, limits);
   if (!verdict.ok()) return reply(m, EINVAL);
-  const rocev2::QpAttr e = engine_attr(attr, mask, verdict.next_state);
-  const std::uint32_t engine_mask = static_cast<std::uint32_t>(mask) & kEngineMask;
+  rocev2::QpAttr e = engine_attr(attr, mask, verdict.next_state);
+  std::uint32_t engine_mask = static_cast<std::uint32_t>(mask) & kEngineMask;
+  if (qp.type == rocev2::QpType::Ud) {
+    // UD has no path MTU attribute: its messages are bounded by the port's active MTU
+    // (as rxe's get_mtu() does for UD), which ibv_ud_pingpong checks its size against.
+    e.path_mtu = static_cast<std::uint32_t>(caps::mtu_bytes(limits.active_mtu).value_or(256));
+    engine_mask |= rocev2::qp_attr::kPathMtu;
+  }
   if (engine_.modify_qp(qp.qpn, e, engine_mask, now) != rocev2::VerbResult::Ok) return reply(m, EINVAL);
   registry_.set_qp_state(client, qp.handle, verdict.next_state);
   if (mask & IBV_QP_PKEY_INDEX) qp.pkey_index = attr.pkey_index;
