@@ -145,7 +145,7 @@ TEST_CASE("options: each mistake is refused with a reason") {
   CHECK(error_of({"--server", "--dev", "v", "--case", "rc_send", "--bogus"}).find("--bogus") != std::string::npos);
 }
 
-TEST_CASE("fields: format and parse round-trip; spaces in values become '_'") {
+TEST_CASE("fields: format and parse round-trip, and spaces in values become '_'") {
   Fields fields{{"step", "qp"}, {"qpn", "17"}, {"gid", "::ffff:10.1.2.3"}, {"reason", "bad thing happened"}};
   const std::string line = format_fields(fields);
   CHECK(line.find('\n') == std::string::npos);
