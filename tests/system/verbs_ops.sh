@@ -20,6 +20,19 @@ for case_name in rc_send rc_send_imm rc_write rc_write_imm rc_read rc_compare_sw
   run_pair "$case_name" 240 --case "$case_name" --seed "$ID_NUM"
 done
 
+log "control: the two sides disagree on the seed, so the checks must refuse the payload"
+start_server control --timeout 60 --case rc_send,rc_write --sizes 4097 --seed 1
+control_rc=0
+timeout --kill-after=5 120 ip netns exec "$NS_B" "$RRDMA_VERBS_PEER" --connect "$NS_A_IP" --dev "$VNIC_B" \
+  --port "$PEER_PORT" --timeout 60 --case rc_send,rc_write --sizes 4097 --seed 2 >"$TMPD/control.client" 2>&1 || true
+wait_pid_bounded "$SERVER_PID" 30 || control_rc=$?
+sed "s/^/  [server] /" "$TMPD/control.server"
+(( control_rc == 1 )) || fail_case "control: the server exited $control_rc, expected 1"
+for case_name in rc_send rc_write; do
+  grep -q "^$case_name 4097 FAIL payload differs at .*offset 0" "$TMPD/control.server" ||
+    fail_case "control: $case_name was not refused for its payload"
+done
+
 log "the daemons are still there and answer"
 status_snapshot "$VNIC_A" "$TMPD/status-a.json"
 status_snapshot "$VNIC_B" "$TMPD/status-b.json"
