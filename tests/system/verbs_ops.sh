@@ -20,6 +20,9 @@ for case_name in rc_send rc_send_imm rc_write rc_write_imm rc_read rc_compare_sw
   run_pair "$case_name" 240 --case "$case_name" --seed "$ID_NUM"
 done
 
+log "the largest SGE lists: 16 SGEs a side (max_sge)"
+run_pair sge16 240 --case rc_send,rc_write,rc_read,ud_send --sizes 17,4097,1M --sges 16 --seed "$ID_NUM"
+
 log "control: the two sides disagree on the seed, so the checks must refuse the payload"
 start_server control --timeout 60 --case rc_send,rc_write --sizes 4097 --seed 1
 control_rc=0

@@ -42,6 +42,8 @@ constexpr std::size_t kGuardBytes = 64;
 constexpr std::size_t kGrhBytes = 40;   // UD receives start with a GRH (ibv_post_recv(3))
 constexpr std::uint32_t kQkey = 0x11111111;
 
+constexpr std::size_t kMaxSges = 16;   // max_sge the vnic reports
+
 constexpr std::uint64_t kSendWrId = 0x5E2D0001;
 constexpr std::uint64_t kRecvWrId = 0x2ECF0001;
 
@@ -176,7 +178,8 @@ Link make_link(Peer& peer, Transport transport) {
   caps.max_send_wr = 16;
   caps.max_recv_wr = 16;
   caps.max_send_sge = static_cast<std::uint32_t>(peer.options.sges);
-  caps.max_recv_sge = static_cast<std::uint32_t>(peer.options.sges) + 1;  // UD: + the GRH
+  // UD receives take one more SGE for the GRH, within the WQE's 16 (verbs/abi.h).
+  caps.max_recv_sge = static_cast<std::uint32_t>(std::min<std::size_t>(peer.options.sges + 1, kMaxSges));
   v::QueuePair qp = peer.pd.create_qp(qp_type(transport), cq, caps);
   const v::Endpoint local = qp.local_endpoint();
   return Link{std::move(cq), std::move(qp), local};
@@ -319,6 +322,25 @@ void tell_sent(Peer& peer, const std::string& verdict, const std::optional<v::Wo
 
 bool peer_sent_ok(const Fields& sent) { return sent.count("ok") && sent.at("ok") == "1"; }
 
+// Over RoCE v2 / IPv4 the 40-byte GRH area holds the packet's IPv4 header in its last 20
+// bytes (IBA Annex A17.4.5.2; rxe and mlx5 do the same): version 4, IHL 5, and the two
+// addresses that the GIDs map.
+std::string check_ipv4_grh(std::span<const std::byte> grh, const v::Gid& source, const v::Gid& destination) {
+  const auto ip = grh.subspan(20, 20);
+  if (ip[0] != std::byte{0x45}) {
+    return "GRH: no IPv4 header in bytes 20..39 (first byte " + std::to_string(std::to_integer<int>(ip[0])) + ")";
+  }
+  if (!std::equal(source.bytes.begin() + 12, source.bytes.end(), ip.begin() + 12,
+                  [](std::uint8_t a, std::byte b) { return std::byte{a} == b; })) {
+    return "GRH: the IPv4 source is not the sender's GID";
+  }
+  if (!std::equal(destination.bytes.begin() + 12, destination.bytes.end(), ip.begin() + 16,
+                  [](std::uint8_t a, std::byte b) { return std::byte{a} == b; })) {
+    return "GRH: the IPv4 destination is not our GID";
+  }
+  return "";
+}
+
 std::string send_case(Peer& peer, const Case& c) {
   const bool with_imm = c.info.kind == CaseKind::SendImm;
   const bool ud = c.info.transport == Transport::Ud;
@@ -327,7 +349,8 @@ std::string send_case(Peer& peer, const Case& c) {
     // UD: the first SGE takes the 40-byte GRH the vnic writes before the payload.
     std::unique_ptr<GuardedBuffer> grh;
     if (ud) grh = std::make_unique<GuardedBuffer>(peer.pd, kGrhBytes, v::access::kLocalWrite);
-    Pieces in(peer.pd, c.size, peer.options.sges, 1, v::access::kLocalWrite);
+    const std::size_t pieces = ud ? std::min(peer.options.sges, kMaxSges - 1) : peer.options.sges;
+    Pieces in(peer.pd, c.size, pieces, 1, v::access::kLocalWrite);
     in.clear(std::byte{0});
     std::vector<v::Sge> sges;
     if (grh) sges.push_back(grh->sge());
@@ -351,6 +374,7 @@ std::string send_case(Peer& peer, const Case& c) {
     if (ud && !(wc->flags() & v::wc_flags::kGrh)) return "a UD receive without IBV_WC_GRH";
     if (grh) {
       if (auto g = grh->check_guards(); !g.empty()) return "GRH buffer: " + g;
+      if (auto g = check_ipv4_grh(grh->payload(), remote.gid, link.local.gid); !g.empty()) return g;
     }
     if (auto bad = in.check(c.seed); !bad.empty()) return bad;
     return check_cq_empty(link.cq, "receiver's");
