@@ -56,3 +56,8 @@ log "  the peer's completion status: $status"
 log "the peer's own resources went with its exit too"
 wait_until 30 "status of $VNIC_B to forget pid $survivor" eval "process_pids '$VNIC_B' >/dev/null && ! lists_pid '$VNIC_B' $survivor"
 status_snapshot "$VNIC_A" "$TMPD/status-final.json"
+stats_snapshot "$VNIC_A" "$TMPD/stats-a.json"
+json_value "$TMPD/stats-a.json" dma.process_gone
+log "  $VNIC_A: DMA found the process gone $VALUE time(s) before the teardown"
+json_value "$TMPD/stats-a.json" verbs.clients_disconnected
+expect_ge "$VALUE" 1 "verbs.clients_disconnected of $VNIC_A"
