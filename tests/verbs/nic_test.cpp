@@ -18,17 +18,14 @@
 
 #include "rocev2/opcode.h"
 #include "rocev2/wire.h"
+#include "tests/verbs/nic_client.h"
 #include "verbs/device_caps.h"
 #include "verbs/nic.h"
 
 namespace rrdma::verbs {
 namespace {
 
-using control::Message;
-using control::MessageType;
-namespace field = control::field;
-
-const Instant kNow{};
+using namespace rrdma::verbs::test;
 
 struct WirePacket {
   std::vector<std::uint8_t> bytes;  // BTH .. ICRC (ICRC zero: not checked at this level)
@@ -40,224 +37,29 @@ class FakePort final : public PacketPort {
  public:
   std::deque<WirePacket> sent;
   void send(const rocev2::OutgoingPacket& out, std::uint16_t sport, Instant) override {
-    std::vector<std::uint8_t> bytes(rocev2::transport_length(out.packet));
-    REQUIRE(rocev2::emit_transport(out.packet, MutableByteSpan(bytes.data(), bytes.size())) ==
+    rocev2::TransportPacket packet = out.packet;
+    packet.bth.pad_count = rocev2::pad_count_for(packet.payload.size());  // the encapsulation's job
+    std::vector<std::uint8_t> bytes(rocev2::transport_length(packet));
+    REQUIRE(rocev2::emit_transport(packet, MutableByteSpan(bytes.data(), bytes.size())) ==
             rocev2::EmitError::none);
     sent.push_back({std::move(bytes), out.dest, sport});
   }
 };
 
-class FakeWatcher final : public FdWatcher {
- public:
-  std::map<int, Handler> watched;
-  std::vector<int> signalled;
-  void watch(int fd, Handler on_ready) override { watched[fd] = std::move(on_ready); }
-  void unwatch(int fd) override { watched.erase(fd); }
-  void signal(int fd) override {
-    signalled.push_back(fd);
-    const std::uint64_t one = 1;
-    REQUIRE(::write(fd, &one, sizeof(one)) == sizeof(one));
-  }
-  void forget(int) override {}
-  // Runs the handler of every readable watched fd, as the loop would; true if any ran.
-  bool run_ready() {
-    std::vector<int> ready;
-    for (const auto& [fd, handler] : watched) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 0) == 1) ready.push_back(fd);
-    }
-    for (int fd : ready)
-      if (auto it = watched.find(fd); it != watched.end()) it->second(kNow);
-    return !ready.empty();
-  }
-};
-
-// The client side of one ring: a sealed memfd, formatted, and our end of it.
-struct ClientRing {
-  SharedRegion region;
-  RingGeometry geometry;
-  static ClientRing make(std::uint32_t capacity, std::uint32_t entry_size) {
-    ClientRing ring{SharedRegion::create("nic-test", RingGeometry{capacity, entry_size}.region_size()),
-                    RingGeometry{capacity, entry_size}};
-    REQUIRE(format_ring(ring.region.bytes(), ring.geometry) == RingError::None);
-    return ring;
-  }
-  std::uint64_t bytes() const { return geometry.region_size(); }
-};
-
-int eventfd_for_test() {
-  const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  REQUIRE(fd >= 0);
-  return fd;
-}
-
-// One vnic's verbs device and one client of it.
+// One vnic's verbs device, a fake port and loop, and one client of it.
 struct Side {
   Side(std::uint32_t ip, std::uint8_t last_mac_byte)
       : nic(NicConfig{stack::Ipv4Address{ip}, stack::MacAddress{{2, 0, 0, 0, 0, last_mac_byte}}, 1500, true}, port,
-            watcher) {
-    REQUIRE(nic.client_connected({client, ::getpid(), ::getuid()}) == 0);
-  }
-  ~Side() {
-    for (int fd : owned_fds) ::close(fd);
-  }
-
+            watcher) {}
   Message call(MessageType type, std::vector<std::uint64_t> words, std::vector<int> fds = {}) {
-    Message request = control::make_request(type, ++request_id);
-    for (std::size_t i = 0; i < words.size(); ++i) request.words.at(i) = words[i];
-    control::ReceivedFds passed;
-    for (int fd : fds) passed.add(::dup(fd));
-    Message reply = nic.handle(client, request, passed, kNow);
-    REQUIRE(reply.wire_type == control::reply_type(type));
-    REQUIRE(reply.request_id == request_id);
-    return reply;
+    return user.call(type, std::move(words), std::move(fds));
   }
-  std::uint64_t ok(MessageType type, std::vector<std::uint64_t> words, std::vector<int> fds = {}) {
-    const Message reply = call(type, std::move(words), std::move(fds));
-    REQUIRE(reply.words[0] == 0);
-    return reply.words.size() > 1 ? reply.words[1] : 0;
-  }
-  int keep(int fd) {
-    owned_fds.push_back(fd);
-    return fd;
-  }
-
   FakePort port;
   FakeWatcher watcher;
-  std::uint64_t client = 1;
   Nic nic;
-  std::uint32_t request_id = 0;
-  std::vector<int> owned_fds;
+  TestClient user{nic};
+  const std::uint64_t& client = user.client;
 };
-
-// A client's QP with its rings, CQ and doorbell.
-struct TestQp {
-  ClientRing sq = ClientRing::make(16, sizeof(SendWqe));
-  ClientRing rq = ClientRing::make(16, sizeof(RecvWqe));
-  ClientRing cq = ClientRing::make(16, sizeof(Cqe));
-  int doorbell = -1;
-  int cq_notify = -1;
-  std::uint64_t cq_handle = 0;
-  std::uint64_t handle = 0;
-  std::uint32_t qpn = 0;
-  std::unique_ptr<RingProducer> sq_producer;
-  std::unique_ptr<RingProducer> rq_producer;
-  std::unique_ptr<RingConsumer> cq_consumer;
-
-  void post_send(const SendWqe& wqe) {
-    REQUIRE(sq_producer->try_push_value(wqe) == PushResult::Pushed);
-    if (sq_producer->publish()) {
-      const std::uint64_t one = 1;
-      REQUIRE(::write(doorbell, &one, sizeof(one)) == sizeof(one));
-    }
-  }
-  void post_recv(const RecvWqe& wqe) {
-    REQUIRE(rq_producer->try_push_value(wqe) == PushResult::Pushed);
-    rq_producer->publish();
-  }
-  std::vector<Cqe> poll() {
-    std::vector<Cqe> out;
-    Cqe cqe{};
-    while (cq_consumer->try_pop_value(cqe) == PopResult::Popped) out.push_back(cqe);
-    return out;
-  }
-};
-
-struct Device {
-  std::uint64_t context = 0;
-  std::uint64_t pd = 0;
-  ClientRing events = ClientRing::make(64, sizeof(AsyncEventEntry));
-  int event_fd = -1;
-};
-
-Device open_device(Side& side) {
-  Device d;
-  d.event_fd = side.keep(eventfd_for_test());
-  d.context = side.ok(MessageType::OpenDevice, {control::kVersion, d.events.bytes()}, {d.events.region.fd(), d.event_fd});
-  d.pd = side.ok(MessageType::AllocPd, {d.context});
-  return d;
-}
-
-struct Registration {
-  std::uint32_t lkey = 0;
-  std::uint32_t rkey = 0;
-};
-
-Registration reg_mr(Side& side, const Device& d, std::vector<std::uint8_t>& buffer, std::uint32_t access) {
-  const Message reply = side.call(MessageType::RegMr,
-                                  {d.pd, reinterpret_cast<std::uintptr_t>(buffer.data()), buffer.size(), access});
-  REQUIRE(reply.words[0] == 0);
-  return {static_cast<std::uint32_t>(reply.words[field::kMrLkey]), static_cast<std::uint32_t>(reply.words[field::kMrRkey])};
-}
-
-std::unique_ptr<TestQp> create_qp(Side& side, const Device& d, ibv_qp_type type = IBV_QPT_RC) {
-  auto qp = std::make_unique<TestQp>();
-  qp->cq_notify = side.keep(eventfd_for_test());
-  qp->cq_handle = side.ok(MessageType::CreateCq, {d.context, 16, qp->cq.bytes()}, {qp->cq.region.fd(), qp->cq_notify});
-  qp->doorbell = side.keep(eventfd_for_test());
-  const Message reply = side.call(MessageType::CreateQp,
-                                  {d.pd, static_cast<std::uint64_t>(type), qp->cq_handle, qp->cq_handle, 0, 16, 16, 4, 4,
-                                   64, qp->sq.bytes(), qp->rq.bytes()},
-                                  {qp->sq.region.fd(), qp->rq.region.fd(), qp->doorbell});
-  REQUIRE(reply.words[0] == 0);
-  qp->handle = reply.words[field::kQpHandle];
-  qp->qpn = static_cast<std::uint32_t>(reply.words[field::kQpNum]);
-  qp->sq_producer = std::make_unique<RingProducer>(qp->sq.region.bytes(), qp->sq.geometry);
-  qp->rq_producer = std::make_unique<RingProducer>(qp->rq.region.bytes(), qp->rq.geometry);
-  qp->cq_consumer = std::make_unique<RingConsumer>(qp->cq.region.bytes(), qp->cq.geometry);
-  return qp;
-}
-
-std::vector<std::uint64_t> modify_words(std::uint64_t qp, int mask) {
-  std::vector<std::uint64_t> w(field::kModifyQpWords, 0);
-  w[field::kModQp] = qp;
-  w[field::kModAttrMask] = static_cast<std::uint64_t>(mask);
-  return w;
-}
-
-std::uint64_t modify(Side& side, std::vector<std::uint64_t> words) {
-  return side.call(MessageType::ModifyQp, std::move(words)).words[0];
-}
-
-std::uint64_t qp_state(Side& side, const TestQp& qp) {
-  const Message reply = side.call(MessageType::QueryQp, {qp.handle, IBV_QP_STATE});
-  REQUIRE(reply.words[0] == 0);
-  return reply.words[field::kModState];
-}
-
-// RESET -> INIT -> RTR -> RTS towards the peer at `peer_ip`, QP number `peer_qpn`.
-void connect(Side& side, const TestQp& qp, std::uint32_t peer_ip, std::uint32_t peer_qpn) {
-  auto init = modify_words(qp.handle, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  init[field::kModState] = IBV_QPS_INIT;
-  init[field::kModPortNum] = 1;
-  init[field::kModAccessFlags] = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-  REQUIRE(modify(side, init) == 0);
-  auto rtr = modify_words(qp.handle, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  rtr[field::kModState] = IBV_QPS_RTR;
-  rtr[field::kModPathMtu] = IBV_MTU_1024;
-  rtr[field::kModDestQpNum] = peer_qpn;
-  rtr[field::kModRqPsn] = 100;
-  rtr[field::kModMaxDestRdAtomic] = 4;
-  rtr[field::kModMinRnrTimer] = 12;
-  const ibv_gid gid = caps::gid_from_ipv4(stack::Ipv4Address{peer_ip});
-  for (int i = 0; i < 8; ++i) {
-    rtr[field::kModDgidHigh] = (rtr[field::kModDgidHigh] << 8) | gid.raw[i];
-    rtr[field::kModDgidLow] = (rtr[field::kModDgidLow] << 8) | gid.raw[8 + i];
-  }
-  rtr[field::kModHopLimit] = 64;
-  REQUIRE(modify(side, rtr) == 0);
-  auto rts = modify_words(qp.handle, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-  rts[field::kModState] = IBV_QPS_RTS;
-  rts[field::kModTimeout] = 14;
-  rts[field::kModRetryCnt] = 7;
-  rts[field::kModRnrRetry] = 7;
-  rts[field::kModSqPsn] = 100;
-  rts[field::kModMaxRdAtomic] = 4;
-  REQUIRE(modify(side, rts) == 0);
-  REQUIRE(qp_state(side, qp) == IBV_QPS_RTS);
-}
 
 constexpr std::uint32_t kIpA = 0x0A420001;
 constexpr std::uint32_t kIpB = 0x0A420002;
@@ -287,33 +89,22 @@ void exchange(Side& a, Side& b) {
 struct Pair {
   Side a{kIpA, 1};
   Side b{kIpB, 2};
-  Device da = open_device(a);
-  Device db = open_device(b);
-  std::unique_ptr<TestQp> qa = create_qp(a, da);
-  std::unique_ptr<TestQp> qb = create_qp(b, db);
+  Device da = open_device(a.user);
+  Device db = open_device(b.user);
+  std::unique_ptr<TestQp> qa = create_qp(a.user, da);
+  std::unique_ptr<TestQp> qb = create_qp(b.user, db);
   Pair() {
-    connect(a, *qa, kIpB, qb->qpn);
-    connect(b, *qb, kIpA, qa->qpn);
+    connect(a.user, *qa, kIpB, qb->qpn);
+    connect(b.user, *qb, kIpA, qa->qpn);
   }
 };
-
-SendWqe wqe_for(std::uint64_t wr_id, rocev2::WrOpcode opcode, const std::vector<std::uint8_t>& local,
-                std::uint32_t length, std::uint32_t lkey) {
-  SendWqe wqe{};
-  wqe.wr_id = wr_id;
-  wqe.opcode = static_cast<std::uint8_t>(opcode);
-  wqe.send_flags = IBV_SEND_SIGNALED;
-  wqe.num_sge = 1;
-  wqe.sge[0] = {reinterpret_cast<std::uintptr_t>(local.data()), length, lkey};
-  return wqe;
-}
 
 TEST_CASE("nic: an RDMA WRITE lands in the peer's memory and completes in the CQ ring") {
   Pair p;
   std::vector<std::uint8_t> source(256), target(256, 0);
   std::iota(source.begin(), source.end(), std::uint8_t{1});
-  const Registration src = reg_mr(p.a, p.da, source, IBV_ACCESS_LOCAL_WRITE);
-  const Registration dst = reg_mr(p.b, p.db, target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  const Registration src = reg_mr(p.a.user, p.da, source, IBV_ACCESS_LOCAL_WRITE);
+  const Registration dst = reg_mr(p.b.user, p.db, target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 
   SendWqe wqe = wqe_for(7, rocev2::WrOpcode::RdmaWrite, source, 200, src.lkey);
   wqe.remote_addr = reinterpret_cast<std::uintptr_t>(target.data()) + 16;
@@ -338,8 +129,8 @@ TEST_CASE("nic: SEND takes a receive WQE from the RQ ring; READ and FETCH_ADD br
   Pair p;
   std::vector<std::uint8_t> a_mem(64), b_mem(64, 0);
   std::iota(a_mem.begin(), a_mem.end(), std::uint8_t{100});
-  const Registration ra = reg_mr(p.a, p.da, a_mem, IBV_ACCESS_LOCAL_WRITE);
-  const Registration rb = reg_mr(p.b, p.db, b_mem,
+  const Registration ra = reg_mr(p.a.user, p.da, a_mem, IBV_ACCESS_LOCAL_WRITE);
+  const Registration rb = reg_mr(p.b.user, p.db, b_mem,
                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
 
   RecvWqe recv{};
@@ -390,7 +181,7 @@ TEST_CASE("nic: SEND takes a receive WQE from the RQ ring; READ and FETCH_ADD br
 TEST_CASE("nic: a malformed send WQE completes with LOC_QP_OP_ERR and takes the QP to error") {
   Pair p;
   std::vector<std::uint8_t> mem(64);
-  const Registration r = reg_mr(p.a, p.da, mem, IBV_ACCESS_LOCAL_WRITE);
+  const Registration r = reg_mr(p.a.user, p.da, mem, IBV_ACCESS_LOCAL_WRITE);
   SendWqe bad = wqe_for(9, rocev2::WrOpcode::Send, mem, 8, r.lkey);
   bad.opcode = 77;
   p.qa->post_send(bad);
@@ -402,7 +193,7 @@ TEST_CASE("nic: a malformed send WQE completes with LOC_QP_OP_ERR and takes the 
   CHECK(cqes[0].status == IBV_WC_LOC_QP_OP_ERR);
   CHECK(cqes[1].wr_id == 10);
   CHECK(cqes[1].status == IBV_WC_WR_FLUSH_ERR);
-  CHECK(qp_state(p.a, *p.qa) == IBV_QPS_ERR);
+  CHECK(qp_state(p.a.user, *p.qa) == IBV_QPS_ERR);
   CHECK(p.a.nic.counters().bad_send_wqes == 1);
   // The context's event ring says why: IBV_EVENT_QP_FATAL for this QP.
   RingConsumer events(p.da.events.region.bytes(), p.da.events.geometry);
@@ -414,20 +205,20 @@ TEST_CASE("nic: a malformed send WQE completes with LOC_QP_OP_ERR and takes the 
 
 TEST_CASE("nic: refused requests are EINVAL and change nothing") {
   Side side{kIpA, 1};
-  const Device d = open_device(side);
-  auto qp = create_qp(side, d);
+  const Device d = open_device(side.user);
+  auto qp = create_qp(side.user, d);
 
   SECTION("a transition that skips a state") {
     auto rts = modify_words(qp->handle, IBV_QP_STATE);
     rts[field::kModState] = IBV_QPS_RTS;
-    CHECK(modify(side, rts) == EINVAL);
-    CHECK(qp_state(side, *qp) == IBV_QPS_RESET);
+    CHECK(modify(side.user, rts) == EINVAL);
+    CHECK(qp_state(side.user, *qp) == IBV_QPS_RESET);
   }
   SECTION("an AV with an sgid_index other than 0, or a GID that is not IPv4-mapped") {
     auto init = modify_words(qp->handle, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
     init[field::kModState] = IBV_QPS_INIT;
     init[field::kModPortNum] = 1;
-    REQUIRE(modify(side, init) == 0);
+    REQUIRE(modify(side.user, init) == 0);
     auto rtr = modify_words(qp->handle, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
     rtr[field::kModState] = IBV_QPS_RTR;
@@ -435,18 +226,18 @@ TEST_CASE("nic: refused requests are EINVAL and change nothing") {
     rtr[field::kModDestQpNum] = 17;
     rtr[field::kModDgidLow] = 0x0000FFFF0A420002;
     rtr[field::kModSgidIndex] = 1;
-    CHECK(modify(side, rtr) == EINVAL);
+    CHECK(modify(side.user, rtr) == EINVAL);
     rtr[field::kModSgidIndex] = 0;
     rtr[field::kModDgidHigh] = 0xFE80000000000000;
-    CHECK(modify(side, rtr) == EINVAL);
-    CHECK(qp_state(side, *qp) == IBV_QPS_INIT);
+    CHECK(modify(side.user, rtr) == EINVAL);
+    CHECK(qp_state(side.user, *qp) == IBV_QPS_INIT);
     rtr[field::kModDgidHigh] = 0;
-    CHECK(modify(side, rtr) == 0);
-    CHECK(qp_state(side, *qp) == IBV_QPS_RTR);
+    CHECK(modify(side.user, rtr) == 0);
+    CHECK(qp_state(side.user, *qp) == IBV_QPS_RTR);
   }
   SECTION("a CQ whose ring bytes do not match its entries") {
     ClientRing ring = ClientRing::make(16, sizeof(Cqe));
-    const int notify = side.keep(eventfd_for_test());
+    const int notify = side.user.keep(eventfd_for_test());
     CHECK(side.call(MessageType::CreateCq, {d.context, 16, ring.bytes() + 64}, {ring.region.fd(), notify}).words[0] ==
           EINVAL);
     CHECK(side.call(MessageType::CreateCq, {d.context, 32, ring.bytes()}, {ring.region.fd(), notify}).words[0] ==
@@ -464,11 +255,11 @@ TEST_CASE("nic: refused requests are EINVAL and change nothing") {
     Message destroy = control::make_request(MessageType::DestroyQp, 100);
     destroy.words[field::kDestroyHandle] = qp->handle;
     CHECK(side.nic.handle(other.id, destroy, none, kNow).words[0] == EINVAL);
-    CHECK(qp_state(side, *qp) == IBV_QPS_RESET);
+    CHECK(qp_state(side.user, *qp) == IBV_QPS_RESET);
   }
   SECTION("an unknown ABI version, and a CQ still used by a QP") {
     ClientRing events = ClientRing::make(64, sizeof(AsyncEventEntry));
-    const int fd = side.keep(eventfd_for_test());
+    const int fd = side.user.keep(eventfd_for_test());
     CHECK(side.call(MessageType::OpenDevice, {99, events.bytes()}, {events.region.fd(), fd}).words[0] ==
           EPROTONOSUPPORT);
     CHECK(side.call(MessageType::DestroyCq, {qp->cq_handle}).words[0] == EBUSY);
@@ -477,7 +268,7 @@ TEST_CASE("nic: refused requests are EINVAL and change nothing") {
 
 TEST_CASE("nic: query_device, query_port and query_gid report device_caps.h") {
   Side side{kIpA, 1};
-  const Device d = open_device(side);
+  const Device d = open_device(side.user);
   const Message device = side.call(MessageType::QueryDevice, {d.context});
   CHECK(device.words[field::kMaxQp] == caps::kMaxQp);
   CHECK(device.words[field::kMaxSge] == kMaxSge);
@@ -494,7 +285,7 @@ TEST_CASE("nic: query_device, query_port and query_gid report device_caps.h") {
 TEST_CASE("nic: a client that disconnects loses everything, and its peer's QP is unaffected until it sends") {
   Pair p;
   std::vector<std::uint8_t> mem(64);
-  reg_mr(p.a, p.da, mem, IBV_ACCESS_LOCAL_WRITE);
+  reg_mr(p.a.user, p.da, mem, IBV_ACCESS_LOCAL_WRITE);
   REQUIRE(p.a.nic.listing().size() == 1);
   CHECK(p.a.nic.listing()[0].qps.size() == 1);
   CHECK(p.a.nic.listing()[0].qps[0].state == IBV_QPS_RTS);
