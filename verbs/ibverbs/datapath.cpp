@@ -3,6 +3,8 @@
 // extended CQ poll functions of ibv_cq_ex (ibv_create_cq_ex(3)) and the ibv_wr_* posting
 // functions of ibv_qp_ex (ibv_wr_post(3)). Each is a thin walk over the caller's structs
 // into the client library, which checks every WR and owns the rings.
+#include <sched.h>
+
 #include <cstring>
 
 #include "verbs/ibverbs/shim.h"
@@ -78,10 +80,30 @@ int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return post_receives(box_cast<SrqBox>(srq)->state->srq->begin_recv(), wr, bad_wr);
 }
 
+// Programs busy-poll their CQs (perftest, the pingpongs without -e), and the process that
+// produces the completions is the daemon, not a NIC: on a machine with fewer cores than busy
+// threads a spinning program can keep the daemon off the CPU for a whole time slice per
+// message. So after a run of empty polls the poller gives the CPU away once; with a core to
+// spare sched_yield returns at once. The run is long enough that a poll loop waiting for a
+// completion that is microseconds away never yields.
+constexpr std::uint32_t kEmptyPollsBeforeYield = 64;
+
+void count_poll(CqState& state, int got) {
+  if (got != 0) {
+    state.empty_polls.store(0, std::memory_order_relaxed);
+  } else if (state.empty_polls.fetch_add(1, std::memory_order_relaxed) + 1 >= kEmptyPollsBeforeYield) {
+    state.empty_polls.store(0, std::memory_order_relaxed);
+    sched_yield();
+  }
+}
+
 // ibv_poll_cq(3): the number of completions, negative on error.
 int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   if (num_entries < 0 || (num_entries > 0 && wc == nullptr)) return -EINVAL;
-  return box_of(cq)->state->cq->poll({reinterpret_cast<verbs::Cqe*>(wc), static_cast<std::size_t>(num_entries)});
+  CqState& state = *box_of(cq)->state;
+  const int got = state.cq->poll({reinterpret_cast<verbs::Cqe*>(wc), static_cast<std::size_t>(num_entries)});
+  count_poll(state, got);
+  return got;
 }
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {
@@ -94,6 +116,7 @@ int req_notify_cq(ibv_cq* cq, int solicited_only) {
 int poll_one(ibv_cq_ex* cq) {
   CqState& state = *box_of(cq)->state;
   const int got = state.cq->poll({&state.current, 1});
+  count_poll(state, got);
   if (got < 0) return -got;
   if (got == 0) return ENOENT;
   cq->wr_id = state.current.wr_id;

@@ -88,7 +88,9 @@ ibv_cq_ex* create_cq(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
   auto created = state.client->create_cq(attr.cqe, channel);
   if (!created.ok()) return fail_null<ibv_cq_ex>(created.error);
   auto* box = new CqBox{};
-  box->state = new CqState{std::move(created.value), attr.wc_flags, {}, 0};
+  box->state = new CqState;
+  box->state->cq = std::move(created.value);
+  box->state->wc_flags = attr.wc_flags;
   box->state->cq->user_context = box;
   ibv_cq_ex& cq = box->object;
   cq.context = context;

@@ -10,6 +10,7 @@
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <memory>
@@ -113,6 +114,7 @@ struct CqState {
   std::uint64_t wc_flags = 0;         // IBV_WC_EX_WITH_* asked for at create_cq_ex
   verbs::Cqe current{};               // the CQE start_poll / next_poll made current
   std::uint32_t events_delivered = 0; // by ibv_get_cq_event, for ibv_destroy_cq's wait
+  std::atomic<std::uint32_t> empty_polls{0};  // in a row (datapath.cpp: when to yield)
 };
 using CqBox = Box<ibv_cq_ex, CqState>;
 
