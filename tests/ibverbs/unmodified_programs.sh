@@ -73,11 +73,15 @@ selected() { [[ -z "${RRDMA_IBVERBS_ROWS:-}" || "$1 $2" =~ $RRDMA_IBVERBS_ROWS ]
 # local_row PROGRAM ARGS CHECK...: one program on vnic A; CHECK is a grep -E pattern
 # each of which the output must contain.
 local_row() {
-  local program=$1 args=$2 out="$TMPD/out.$program" rc=0 pattern
+  local program=$1 args=$2 out="$TMPD/out.${program##*/}" rc=0 pattern
   shift 2
   selected "$program" "$args" || return 0
-  # shellcheck disable=SC2086
-  on_vnic "$NS_A" "$VNIC_A" "$program" $args >"$out" 2>&1 || rc=$?
+  if [[ $args == "-c PYVERBS_SCRIPT" ]]; then
+    on_vnic "$NS_A" "$VNIC_A" "$program" -c "$PYVERBS_SCRIPT" >"$out" 2>&1 || rc=$?
+  else
+    # shellcheck disable=SC2086
+    on_vnic "$NS_A" "$VNIC_A" "$program" $args >"$out" 2>&1 || rc=$?
+  fi
   if (( rc != 0 )); then
     row "$program" "$args" FAIL "exit $rc: $(why "$out")"
     keep_logs "$out"
@@ -147,6 +151,22 @@ local_row ibv_devices "" "$VNIC_A"
 local_row ibv_devinfo "-v" "hca_id:[[:space:]]+$VNIC_A" "transport:[[:space:]]+InfiniBand" \
   "link_layer:[[:space:]]+Ethernet" "active_mtu:[[:space:]]+4096" "state:[[:space:]]+PORT_ACTIVE" \
   "GID\[ *0\]:.*::ffff:$VNIC_A_IP, RoCE v2"
+
+# pyverbs (python3-pyverbs), rdma-core's Python binding, over the same library.
+PYVERBS_SCRIPT="import pyverbs.device as d, pyverbs.enums as e
+from pyverbs.pd import PD
+from pyverbs.mr import MR
+from pyverbs.cq import CQ
+names = [x.name.decode() for x in d.get_device_list()]
+ctx = d.Context(name=names[0])
+pd = PD(ctx); mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE); cq = CQ(ctx, 16)
+print('devices', names, 'max_qp', ctx.query_device().max_qp, 'port_state', ctx.query_port(1).state)
+print('gid', ctx.query_gid(1, 0), 'type', ctx.query_gid_ex(1, 0).gid_type, 'lkey', hex(mr.lkey))"
+if [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/null; then
+  local_row /usr/bin/python3 "-c PYVERBS_SCRIPT" "devices \\['$VNIC_A'\\] max_qp [0-9]+ port_state 4" "gid .*ffff:.* type 2 lkey 0x"
+else
+  row pyverbs "" SKIP "python3-pyverbs is not installed"
+fi
 
 log "--- the pingpongs"
 for program in ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong; do
