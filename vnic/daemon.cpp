@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -40,6 +41,12 @@ constexpr auto kSetupTimeout = 10000ms;    // until its set-up must have reporte
 constexpr auto kRequestTimeout = 5000ms;
 constexpr auto kStopTimeout = 10000ms;
 constexpr std::size_t kEthernetOverhead = 14 + 4;  // header and one 802.1Q tag; no FCS on a TAP
+// Frames the kernel queues for the daemon on its TAP (the TAP's txqueuelen; tun's default
+// is 500), and the loop's receive buffers. A peer's READ response or UC message arrives as
+// a burst of thousands of frames written into the bridge back to back; with the defaults
+// the kernel dropped most of an 8 MiB burst before the daemon could read it.
+constexpr std::uint32_t kTapQueueLength = 16384;
+constexpr unsigned kReceiveBuffers = 1024;
 
 void log_line(const std::string& line) {
   const std::time_t now = std::time(nullptr);
@@ -118,15 +125,50 @@ void clean_stale(const std::string& name, std::vector<std::string>& notes) {
                   (old_pid ? " (pid " + std::to_string(*old_pid) + ")" : std::string()));
 }
 
+// Frames leave through the loop's transmit slots. When every slot is in flight, frames wait
+// here instead of being dropped: a READ response or a UC message is a burst of up to
+// thousands of packets that the engine emits at once (only the RC requester is windowed),
+// and a lost one costs a retry (RC) or the whole message (UC). The backlog is bounded; what
+// does not fit is dropped and counted.
 class TapSink : public stack::FrameSink {
  public:
+  static constexpr std::size_t kMaxBacklogBytes = 32u << 20;
+
   void attach(EventLoop& loop) { loop_ = &loop; }
   void transmit(ByteSpan frame) override {
-    if (loop_ != nullptr) loop_->transmit(frame);
+    if (loop_ == nullptr) return;
+    if (backlog_.empty() && loop_->free_transmit_slots() > 0) {
+      loop_->transmit(frame);
+      return;
+    }
+    if (backlog_bytes_ + frame.size() > kMaxBacklogBytes) {
+      ++backlog_drops_;
+      return;
+    }
+    backlog_.emplace_back(frame.begin(), frame.end());
+    backlog_bytes_ += frame.size();
+    ++backlogged_;
+  }
+  // Moves waiting frames into free slots; run on every turn of the loop (write completions
+  // free slots and wake it).
+  void flush() {
+    while (loop_ != nullptr && !backlog_.empty() && loop_->free_transmit_slots() > 0) {
+      const std::vector<std::uint8_t>& frame = backlog_.front();
+      loop_->transmit(ByteSpan(frame.data(), frame.size()));
+      backlog_bytes_ -= frame.size();
+      backlog_.pop_front();
+    }
+  }
+  std::vector<std::pair<std::string, std::uint64_t>> counters() const {
+    return {{"tx_backlogged", backlogged_}, {"tx_backlog_drops", backlog_drops_}, {"tx_backlog_now", backlog_.size()}};
   }
 
  private:
   EventLoop* loop_ = nullptr;
+  std::deque<std::vector<std::uint8_t>> backlog_;
+  std::size_t backlog_bytes_ = 0;
+  std::uint64_t backlogged_ = 0;
+  std::uint64_t backlog_drops_ = 0;
 };
 
 // The verbs device's view of the loop: doorbell watches and eventfd writes.
@@ -265,6 +307,7 @@ void Daemon::create_tap() {
   LinkChange change = LinkChange::up();
   change.mtu = config_.mtu;
   change.mac = config_.tap_mac;
+  change.tx_queue_length = kTapQueueLength;
   if (bridge_ifindex_ != 0) change.master = bridge_ifindex_;
   links_.change(config_.name, change);
 }
@@ -272,6 +315,7 @@ void Daemon::create_tap() {
 void Daemon::start_loop() {
   EventLoopConfig loop_config;
   loop_config.frame_buffer_size = frame_buffer_size(config_.mtu);
+  loop_config.rx_buffers = kReceiveBuffers;
   loop_.emplace(loop_config);
   sink_.attach(*loop_);
   stack::InterfaceConfig stack_config;
@@ -285,6 +329,10 @@ void Daemon::start_loop() {
     interface_->receive_frame(frame, now);
   });
   loop_->add_timer_source([this](Instant now) { return interface_->poll(now); });
+  loop_->add_timer_source([this](Instant) {
+    sink_.flush();
+    return std::optional<Instant>();
+  });
 }
 
 // The verbs device on UDP 4791. Its timers (retransmission, RNR waits) and the work it
@@ -346,6 +394,7 @@ nlohmann::json Daemon::handle(const nlohmann::json& request, const PeerCredentia
   }
   if (cmd == "stats") {
     nlohmann::json stats = stats_json(interface_->counters(), loop_->counters());
+    for (const auto& [name, value] : sink_.counters()) stats["daemon"][name] = value;
     add_layer(stats, "roce", roce_->named_counters());
     add_layer(stats, "engine", named(nic_->engine_counters()));
     add_layer(stats, "verbs", named(nic_->counters()));

@@ -78,6 +78,8 @@ class EventLoop {
   // Copies the frame into a transmit slot and queues its write; false (and counted)
   // when the queue is full or the frame does not fit a slot.
   bool transmit(ByteSpan frame);
+  // Transmit slots not in flight: a caller with a backlog of its own waits for one.
+  std::size_t free_transmit_slots() const { return free_tx_slots_.size(); }
 
   // Calls `on_ready` whenever `fd` becomes readable (edge-like: drain it to EAGAIN).
   void watch(int fd, ReadyHandler on_ready);

@@ -109,6 +109,7 @@ void LinkControl::change(const std::string& name, const LinkChange& change) {
     rtnl_link_set_addr(wanted.get(), address.get());
   }
   if (change.master) rtnl_link_set_master(wanted.get(), *change.master);
+  if (change.tx_queue_length) rtnl_link_set_txqlen(wanted.get(), *change.tx_queue_length);
   if (change.set_up) rtnl_link_set_flags(wanted.get(), IFF_UP);
   check(rtnl_link_change(socket_.get(), current.get(), wanted.get(), 0), "configure link " + name);
 }

@@ -36,6 +36,7 @@ struct LinkChange {
   std::optional<std::uint32_t> mtu;
   std::optional<stack::MacAddress> mac;
   std::optional<int> master;  // 0 releases the link from its bridge
+  std::optional<std::uint32_t> tx_queue_length;  // frames the kernel queues on the link
   bool set_up = false;
 
   static LinkChange up() {

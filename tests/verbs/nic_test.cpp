@@ -266,6 +266,13 @@ TEST_CASE("nic: refused requests are EINVAL and change nothing") {
   }
 }
 
+TEST_CASE("nic: a QP with the largest SGE count and inline size the device reports") {
+  Side side{kIpA, 1};
+  const Device d = open_device(side.user);
+  auto qp = create_qp(side.user, d, IBV_QPT_RC, kMaxSge, kMaxInlineData);
+  CHECK(qp->qpn != 0);
+}
+
 TEST_CASE("nic: query_device, query_port and query_gid report device_caps.h") {
   Side side{kIpA, 1};
   const Device d = open_device(side.user);
