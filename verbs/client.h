@@ -348,7 +348,6 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
  private:
   friend class Context;
   friend class CompletionChannel;
-  friend struct CqTestAccess;
   CompletionQueue(std::shared_ptr<Context> context, std::shared_ptr<CompletionChannel> channel);
   // The CQ's arm was set by us and consumed by the daemon: clears our flag, true. Under mutex_.
   bool take_fired();
