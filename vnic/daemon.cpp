@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <deque>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -125,50 +124,40 @@ void clean_stale(const std::string& name, std::vector<std::string>& notes) {
                   (old_pid ? " (pid " + std::to_string(*old_pid) + ")" : std::string()));
 }
 
-// Frames leave through the loop's transmit slots. When every slot is in flight, frames wait
-// here instead of being dropped: a READ response or a UC message is a burst of up to
-// thousands of packets that the engine emits at once (only the RC requester is windowed),
-// and a lost one costs a retry (RC) or the whole message (UC). The backlog is bounded; what
-// does not fit is dropped and counted.
+// Frames leave through the loop's transmit slots. When every slot is in flight, the frame
+// is written to the TAP at once (after the queued writes are submitted, to keep the order):
+// a READ response or a UC message is a burst of up to thousands of packets that the engine
+// emits inside one call (only the RC requester is windowed), and holding the burst back
+// until the call returns delays its first packet past the requester's ACK timeout. A TAP
+// write never blocks: the kernel delivers the frame to the bridge before it returns.
 class TapSink : public stack::FrameSink {
  public:
-  static constexpr std::size_t kMaxBacklogBytes = 32u << 20;
-
-  void attach(EventLoop& loop) { loop_ = &loop; }
+  void attach(EventLoop& loop, int tap_fd) {
+    loop_ = &loop;
+    tap_fd_ = tap_fd;
+  }
   void transmit(ByteSpan frame) override {
     if (loop_ == nullptr) return;
-    if (backlog_.empty() && loop_->free_transmit_slots() > 0) {
+    if (loop_->free_transmit_slots() > 0) {
       loop_->transmit(frame);
       return;
     }
-    if (backlog_bytes_ + frame.size() > kMaxBacklogBytes) {
-      ++backlog_drops_;
-      return;
-    }
-    backlog_.emplace_back(frame.begin(), frame.end());
-    backlog_bytes_ += frame.size();
-    ++backlogged_;
-  }
-  // Moves waiting frames into free slots; run on every turn of the loop (write completions
-  // free slots and wake it).
-  void flush() {
-    while (loop_ != nullptr && !backlog_.empty() && loop_->free_transmit_slots() > 0) {
-      const std::vector<std::uint8_t>& frame = backlog_.front();
-      loop_->transmit(ByteSpan(frame.data(), frame.size()));
-      backlog_bytes_ -= frame.size();
-      backlog_.pop_front();
+    loop_->submit();
+    if (::write(tap_fd_, frame.data(), frame.size()) == static_cast<ssize_t>(frame.size())) {
+      ++direct_writes_;
+    } else {
+      ++direct_write_errors_;
     }
   }
   std::vector<std::pair<std::string, std::uint64_t>> counters() const {
-    return {{"tx_backlogged", backlogged_}, {"tx_backlog_drops", backlog_drops_}, {"tx_backlog_now", backlog_.size()}};
+    return {{"tx_direct_writes", direct_writes_}, {"tx_direct_write_errors", direct_write_errors_}};
   }
 
  private:
   EventLoop* loop_ = nullptr;
-  std::deque<std::vector<std::uint8_t>> backlog_;
-  std::size_t backlog_bytes_ = 0;
-  std::uint64_t backlogged_ = 0;
-  std::uint64_t backlog_drops_ = 0;
+  int tap_fd_ = -1;
+  std::uint64_t direct_writes_ = 0;
+  std::uint64_t direct_write_errors_ = 0;
 };
 
 // The verbs device's view of the loop: doorbell watches and eventfd writes.
@@ -317,7 +306,7 @@ void Daemon::start_loop() {
   loop_config.frame_buffer_size = frame_buffer_size(config_.mtu);
   loop_config.rx_buffers = kReceiveBuffers;
   loop_.emplace(loop_config);
-  sink_.attach(*loop_);
+  sink_.attach(*loop_, tap_->fd());
   stack::InterfaceConfig stack_config;
   stack_config.mac = config_.mac;
   stack_config.address = config_.address.address;
@@ -329,10 +318,6 @@ void Daemon::start_loop() {
     interface_->receive_frame(frame, now);
   });
   loop_->add_timer_source([this](Instant now) { return interface_->poll(now); });
-  loop_->add_timer_source([this](Instant) {
-    sink_.flush();
-    return std::optional<Instant>();
-  });
 }
 
 // The verbs device on UDP 4791. Its timers (retransmission, RNR waits) and the work it

@@ -172,6 +172,11 @@ bool EventLoop::transmit(ByteSpan frame) {
   return true;
 }
 
+void EventLoop::submit() {
+  io_uring_submit(&ring_);
+  ++counters_.submits;
+}
+
 void EventLoop::watch(int fd, ReadyHandler on_ready) {
   const std::uint64_t id = next_watch_id_++;
   watches_.emplace(id, Watch{fd, std::move(on_ready)});

@@ -78,8 +78,11 @@ class EventLoop {
   // Copies the frame into a transmit slot and queues its write; false (and counted)
   // when the queue is full or the frame does not fit a slot.
   bool transmit(ByteSpan frame);
-  // Transmit slots not in flight: a caller with a backlog of its own waits for one.
+  // Transmit slots not in flight. A caller that writes the frame device itself when none
+  // is free calls submit() first, so that the frames already queued leave before its own.
   std::size_t free_transmit_slots() const { return free_tx_slots_.size(); }
+  // Hands every queued request to the kernel now.
+  void submit();
 
   // Calls `on_ready` whenever `fd` becomes readable (edge-like: drain it to EAGAIN).
   void watch(int fd, ReadyHandler on_ready);
