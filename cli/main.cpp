@@ -20,6 +20,7 @@ constexpr const char* kExamples = R"(Examples:
   rrdma-vnic status rv0
   rrdma-vnic stats rv0 --json
   rrdma-vnic list
+  rrdma-vnic exec --dev rv0 -- ibv_devinfo -v
   rrdma-vnic down rv0
 Run `rrdma-vnic SUBCOMMAND --help` for the options of each subcommand.)";
 

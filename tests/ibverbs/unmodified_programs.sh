@@ -146,6 +146,32 @@ PINGPONG_FIGURE='/Mbit\/sec/ {f = $(NF-1) " Mbit/s"} /usec\/iter/ {u = $(NF-1) "
 BW_FIGURE='/^[[:space:]]*[0-9]+[[:space:]]+[0-9]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+/ {f = $1 " B: " $4 " MB/s"} END {print f}'
 LAT_FIGURE='/^[[:space:]]*[0-9]+[[:space:]]+[0-9]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+/ {f = $1 " B: " $6 " us avg"} END {print f}'
 
+log "--- rrdma-vnic exec / env"
+if selected rrdma-vnic exec; then
+  if expect_one_line_error "exec --dev of a vnic that does not exist" "$RRDMA_VNIC" exec --dev "${PREFIX}zz" -- true; then
+    row rrdma-vnic "exec --dev (no such vnic)" PASS "one line: $(cat "$TMPD/err.err")"
+  else
+    row rrdma-vnic "exec --dev (no such vnic)" FAIL "see above"
+  fi
+  rc=0
+  "$RRDMA_VNIC" exec --dev "$VNIC_A" -- "${PREFIX}-no-such-program" 2>"$TMPD/exec.err" || rc=$?
+  if [[ $rc == 127 ]] && grep -q "command not found" "$TMPD/exec.err"; then
+    row rrdma-vnic "exec -- (missing program)" PASS "exit 127"
+  else
+    row rrdma-vnic "exec -- (missing program)" FAIL "exit $rc: $(cat "$TMPD/exec.err")"
+    fail_case "exec of a missing program: exit $rc, expected 127"
+  fi
+  "$RRDMA_VNIC" env --dev "$VNIC_A" >"$TMPD/env.out" || fail_case "env --dev $VNIC_A failed"
+  if grep -q "^export LD_LIBRARY_PATH='[^:']*/rrdma-ibverbs" "$TMPD/env.out" &&
+     grep -q "^export RRDMA_DEVICES='$VNIC_A'$" "$TMPD/env.out" &&
+     (eval "$(cat "$TMPD/env.out")"; ldd "$(command -v ibv_devices)" | grep -q "rrdma-ibverbs/libibverbs.so.1"); then
+    row rrdma-vnic "env --dev $VNIC_A" PASS "ibv_devices resolves our libibverbs.so.1"
+  else
+    row rrdma-vnic "env --dev $VNIC_A" FAIL "$(tr '\n' ' ' <"$TMPD/env.out")"
+    fail_case "env does not point at our libibverbs"
+  fi
+fi
+
 log "--- open and query"
 local_row ibv_devices "" "$VNIC_A"
 local_row ibv_devinfo "-v" "hca_id:[[:space:]]+$VNIC_A" "transport:[[:space:]]+InfiniBand" \
