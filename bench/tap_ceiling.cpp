@@ -41,7 +41,7 @@ constexpr std::size_t kMinFrame = 60;  // Ethernet minimum without FCS
 class Tap {
  public:
   explicit Tap(const std::string& name) {
-    fd_ = ::open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+    fd_ = ::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "open /dev/net/tun");
     ifreq request{};
     request.ifr_flags = static_cast<short>(IFF_TAP | IFF_NO_PI);
@@ -60,13 +60,20 @@ class Tap {
   int fd_ = -1;
 };
 
-// Broadcast destination: the bridge floods it to the other port without having to learn a
-// MAC first, and the TAP on the far side accepts it whatever its own address.
-std::vector<std::uint8_t> make_frame(std::size_t size, std::uint8_t source_tag) {
+constexpr std::uint8_t kMacA = 1;  // the last byte of the MAC each TAP's frames come from
+constexpr std::uint8_t kMacB = 2;
+
+void put_mac(std::vector<std::uint8_t>& frame, std::size_t offset, std::uint8_t last_byte) {
+  const std::uint8_t mac[6] = {0x02, 0x52, 0x52, 0x00, 0x00, last_byte};
+  std::copy(mac, mac + 6, frame.begin() + static_cast<std::ptrdiff_t>(offset));
+}
+
+// Unicast between two MACs the bridge has learnt (teach_bridge): a broadcast would be
+// flooded to every other port of the bridge (vnics, veths) and measure them too.
+std::vector<std::uint8_t> make_frame(std::size_t size, std::uint8_t from, std::uint8_t to) {
   std::vector<std::uint8_t> frame(std::max(size, kMinFrame), 0);
-  std::fill_n(frame.begin(), 6, 0xFF);
-  const std::uint8_t source[6] = {0x02, 0x52, 0x52, 0x00, 0x00, source_tag};
-  std::copy(source, source + 6, frame.begin() + 6);
+  put_mac(frame, 0, to);
+  put_mac(frame, 6, from);
   frame[12] = kExperimentalEtherType >> 8;
   frame[13] = kExperimentalEtherType & 0xFF;
   return frame;
@@ -87,13 +94,18 @@ double cpu_seconds() {
 // what arrives (frames the bridge or a full TAP queue dropped are not counted: the ceiling
 // is what gets through).
 nlohmann::json bandwidth(Tap& tx, Tap& rx, std::size_t size, double seconds) {
-  const auto frame = make_frame(size, 1);
+  const auto frame = make_frame(size, kMacA, kMacB);
   std::atomic<bool> stop{false};
   std::uint64_t sent = 0;
   const double cpu_start = cpu_seconds();
   std::thread writer([&] {
     while (!stop.load(std::memory_order_relaxed)) {
-      if (::write(tx.fd(), frame.data(), frame.size()) == static_cast<ssize_t>(frame.size())) ++sent;
+      if (::write(tx.fd(), frame.data(), frame.size()) == static_cast<ssize_t>(frame.size())) {
+        ++sent;
+      } else {
+        pollfd entry{tx.fd(), POLLOUT, 0};
+        ::poll(&entry, 1, 10);
+      }
     }
   });
   std::vector<std::uint8_t> buffer(65536);
@@ -102,9 +114,12 @@ nlohmann::json bandwidth(Tap& tx, Tap& rx, std::size_t size, double seconds) {
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration<double>(seconds);
   while (Clock::now() < end) {
-    pollfd entry{rx.fd(), POLLIN, 0};
-    if (::poll(&entry, 1, 100) <= 0) continue;
     const ssize_t got = ::read(rx.fd(), buffer.data(), buffer.size());
+    if (got < 0) {
+      pollfd entry{rx.fd(), POLLIN, 0};
+      ::poll(&entry, 1, 100);
+      continue;
+    }
     if (got == static_cast<ssize_t>(frame.size()) && load_type(buffer) == kExperimentalEtherType) {
       ++frames;
       bytes += static_cast<std::uint64_t>(got);
@@ -123,22 +138,47 @@ nlohmann::json bandwidth(Tap& tx, Tap& rx, std::size_t size, double seconds) {
           {"cpu_seconds", cpu_seconds() - cpu_start}};
 }
 
+// Reads frames until one of `expected` bytes with our EtherType arrives (anything else, and
+// leftovers of an earlier run, are skipped), for at most a second.
 bool read_frame(int fd, std::vector<std::uint8_t>& buffer, std::size_t expected) {
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    pollfd entry{fd, POLLIN, 0};
-    if (::poll(&entry, 1, 1000) <= 0) return false;
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  while (Clock::now() < deadline) {
     const ssize_t got = ::read(fd, buffer.data(), buffer.size());
-    // Other traffic (none is expected on a private bridge, but be sure) is skipped.
     if (got == static_cast<ssize_t>(expected) && load_type(buffer) == kExperimentalEtherType) return true;
+    if (got < 0) {
+      pollfd entry{fd, POLLIN, 0};
+      ::poll(&entry, 1, 100);
+    }
   }
   return false;
+}
+
+void drain(int fd) {
+  std::vector<std::uint8_t> buffer(65536);
+  while (::read(fd, buffer.data(), buffer.size()) > 0) {
+  }
+}
+
+// One frame from each TAP's MAC, so that the bridge forwards to each by unicast; then
+// whatever is queued (those frames, leftovers) is read away.
+void teach_bridge(Tap& a, Tap& b) {
+  for (auto [tap, mac] : {std::pair{&a, kMacA}, std::pair{&b, kMacB}}) {
+    auto frame = make_frame(kMinFrame, mac, 0xFF);
+    std::fill_n(frame.begin(), 6, 0xFF);
+    if (::write(tap->fd(), frame.data(), frame.size()) < 0) {
+      throw std::system_error(errno, std::generic_category(), "write a learning frame");
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  drain(a.fd());
+  drain(b.fd());
 }
 
 // Ping-pong: a frame A -> B, B answers B -> A, both ends in this thread, one at a time. The
 // one-way latency is half the round trip.
 nlohmann::json latency(Tap& a, Tap& b, std::size_t size, int count) {
-  const auto ping = make_frame(size, 1);
-  const auto pong = make_frame(size, 2);
+  const auto ping = make_frame(size, kMacA, kMacB);
+  const auto pong = make_frame(size, kMacB, kMacA);
   std::vector<std::uint8_t> buffer(65536);
   std::vector<double> rtts;
   rtts.reserve(static_cast<std::size_t>(count));
@@ -182,6 +222,7 @@ int main(int argc, char** argv) {
   try {
     Tap tx(tx_name);
     Tap rx(rx_name);
+    teach_bridge(tx, rx);
     const auto result = mode == "bandwidth" ? bandwidth(tx, rx, size, seconds) : latency(tx, rx, size, count);
     std::printf("%s\n", result.dump().c_str());
     return 0;
