@@ -583,6 +583,14 @@ Message Nic::modify_qp(std::uint64_t client, const Message& m, Instant now) {
     SendWqe discarded{};
     while (qp.sq->try_pop_value(discarded) == PopResult::Popped) {
     }
+    if (qp.rq_queue) {
+      RecvWqe dropped{};
+      while (qp.rq->try_pop_value(dropped) == PopResult::Popped) {
+      }
+      qp.rq_queue->reset();
+    }
+    qp.rq_failure_reported = false;
+    to_fail_.erase(qp.handle);
     qp.sq->request_doorbell();
   }
   to_pump_.insert(qp.handle);

@@ -30,6 +30,14 @@ class Nic::RingReceiveQueue final : public rocev2::ReceiveQueue {
   std::size_t size() const override;
 
   bool failed() const { return failed_; }
+  // modify_qp(RESET): a queue killed by a bad WQE lives again (the WQE is gone); one whose
+  // ring a peer corrupted stays dead (a ring error is sticky).
+  void reset() {
+    head_.reset();
+    refused_.reset();
+    refusal_ = WqeError::None;
+    failed_ = ring_.error() != RingError::None;
+  }
   // The WQE that failed its check, if that is why the queue died.
   const std::optional<RecvWqe>& refused() const { return refused_; }
   WqeError refusal() const { return refusal_; }

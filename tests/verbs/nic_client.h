@@ -169,14 +169,18 @@ inline Registration reg_mr(TestClient& side, const Device& d, std::vector<std::u
   return {static_cast<std::uint32_t>(reply.words[field::kMrLkey]), static_cast<std::uint32_t>(reply.words[field::kMrRkey])};
 }
 
+// A QP with its own CQ (both queues complete into it); `srq` 0 for none.
 inline std::unique_ptr<TestQp> create_qp(TestClient& side, const Device& d, ibv_qp_type type = IBV_QPT_RC,
-                                         std::uint64_t max_sge = 4, std::uint64_t max_inline = 64) {
+                                         std::uint64_t max_sge = 4, std::uint64_t max_inline = 64,
+                                         std::uint32_t cq_entries = 16, std::uint64_t srq = 0) {
   auto qp = std::make_unique<TestQp>();
+  qp->cq = ClientRing::make(cq_entries, sizeof(Cqe));
   qp->cq_notify = side.keep(eventfd_for_test());
-  qp->cq_handle = side.ok(MessageType::CreateCq, {d.context, 16, qp->cq.bytes()}, {qp->cq.region.fd(), qp->cq_notify});
+  qp->cq_handle =
+      side.ok(MessageType::CreateCq, {d.context, cq_entries, qp->cq.bytes()}, {qp->cq.region.fd(), qp->cq_notify});
   qp->doorbell = side.keep(eventfd_for_test());
   const Message reply = side.call(MessageType::CreateQp,
-                                  {d.pd, static_cast<std::uint64_t>(type), qp->cq_handle, qp->cq_handle, 0, 16, 16, max_sge,
+                                  {d.pd, static_cast<std::uint64_t>(type), qp->cq_handle, qp->cq_handle, srq, 16, 16, max_sge,
                                    max_sge, max_inline, qp->sq.bytes(), qp->rq.bytes()},
                                   {qp->sq.region.fd(), qp->rq.region.fd(), qp->doorbell});
   REQUIRE(reply.words[0] == 0);

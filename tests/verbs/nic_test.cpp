@@ -203,6 +203,141 @@ TEST_CASE("nic: a malformed send WQE completes with LOC_QP_OP_ERR and takes the 
   CHECK(event.element == p.qa->handle);
 }
 
+// The context's async events, as ibv_get_async_event would read them.
+std::vector<AsyncEventEntry> events_of(const Device& d) {
+  RingConsumer events(d.events.region.bytes(), d.events.geometry);
+  std::vector<AsyncEventEntry> out;
+  AsyncEventEntry event{};
+  while (events.try_pop_value(event) == PopResult::Popped) out.push_back(event);
+  return out;
+}
+
+TEST_CASE("nic: a malformed receive WQE fails its QP; RESET brings the QP back with an empty RQ") {
+  Pair p;
+  std::vector<std::uint8_t> a_mem(64), b_mem(64);
+  const Registration ra = reg_mr(p.a.user, p.da, a_mem, IBV_ACCESS_LOCAL_WRITE);
+  const Registration rb = reg_mr(p.b.user, p.db, b_mem, IBV_ACCESS_LOCAL_WRITE);
+  RecvWqe bad{};
+  bad.wr_id = 31;
+  bad.num_sge = 1;
+  bad.reserved = 1;
+  bad.sge[0] = {reinterpret_cast<std::uintptr_t>(b_mem.data()), 64, rb.lkey};
+  p.qb->post_recv(bad);
+  RecvWqe good = bad;
+  good.wr_id = 32;
+  good.reserved = 0;
+  p.qb->post_recv(good);
+  p.qa->post_send(wqe_for(1, rocev2::WrOpcode::Send, a_mem, 8, ra.lkey));
+  exchange(p.a, p.b);
+
+  const auto cqes = p.qb->poll();
+  REQUIRE(cqes.size() == 2);
+  CHECK(cqes[0].wr_id == 31);
+  CHECK(cqes[0].status == IBV_WC_LOC_QP_OP_ERR);
+  CHECK(cqes[1].wr_id == 32);  // what followed it in the ring is flushed
+  CHECK(cqes[1].status == IBV_WC_WR_FLUSH_ERR);
+  CHECK(qp_state(p.b.user, *p.qb) == IBV_QPS_ERR);
+  CHECK(p.b.nic.counters().bad_recv_wqes == 1);
+  const auto events = events_of(p.db);
+  REQUIRE(!events.empty());
+  CHECK(events[0].event_type == IBV_EVENT_QP_FATAL);
+
+  // Posted in ERR: flushed at once, once the client rings (the daemon asked for the doorbell).
+  good.wr_id = 33;
+  REQUIRE(p.qb->rq_producer->try_push_value(good) == PushResult::Pushed);
+  if (p.qb->rq_producer->publish()) {
+    const std::uint64_t one = 1;
+    REQUIRE(::write(p.qb->doorbell, &one, sizeof(one)) == sizeof(one));
+  }
+  exchange(p.a, p.b);
+  const auto flushed = p.qb->poll();
+  REQUIRE(flushed.size() == 1);
+  CHECK(flushed[0].wr_id == 33);
+  CHECK(flushed[0].status == IBV_WC_WR_FLUSH_ERR);
+
+  auto reset = modify_words(p.qb->handle, IBV_QP_STATE);
+  reset[field::kModState] = IBV_QPS_RESET;
+  REQUIRE(modify(p.b.user, reset) == 0);
+  CHECK(qp_state(p.b.user, *p.qb) == IBV_QPS_RESET);
+  auto init = modify_words(p.qb->handle, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  init[field::kModState] = IBV_QPS_INIT;
+  init[field::kModPortNum] = 1;
+  CHECK(modify(p.b.user, init) == 0);
+  CHECK(qp_state(p.b.user, *p.qb) == IBV_QPS_INIT);
+}
+
+TEST_CASE("nic: a CQ overrun drops the CQE, raises CQ_ERR and sends its QPs to error") {
+  Side a{kIpA, 1};
+  Side b{kIpB, 2};
+  const Device da = open_device(a.user);
+  const Device db = open_device(b.user);
+  auto qa = create_qp(a.user, da, IBV_QPT_RC, 4, 64, 2);  // a CQ of 2 entries
+  auto qb = create_qp(b.user, db);
+  connect(a.user, *qa, kIpB, qb->qpn);
+  connect(b.user, *qb, kIpA, qa->qpn);
+  std::vector<std::uint8_t> source(64), target(64);
+  const Registration src = reg_mr(a.user, da, source, IBV_ACCESS_LOCAL_WRITE);
+  const Registration dst = reg_mr(b.user, db, target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    SendWqe wqe = wqe_for(id, rocev2::WrOpcode::RdmaWrite, source, 8, src.lkey);
+    wqe.remote_addr = reinterpret_cast<std::uintptr_t>(target.data());
+    wqe.rkey = dst.rkey;
+    qa->post_send(wqe);
+    exchange(a, b);
+  }
+  CHECK(qa->poll().size() == 2);
+  CHECK(a.nic.counters().cq_overruns == 1);
+  CHECK(qp_state(a.user, *qa) == IBV_QPS_ERR);
+  const auto events = events_of(da);
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].event_type == IBV_EVENT_CQ_ERR);
+  CHECK(events[0].element == qa->cq_handle);
+  CHECK(events[1].event_type == IBV_EVENT_QP_FATAL);
+  CHECK(events[1].element == qa->handle);
+}
+
+TEST_CASE("nic: receives come from an SRQ ring, and the limit event fires once per arm") {
+  Pair p;
+  ClientRing srq_ring = ClientRing::make(8, sizeof(RecvWqe));
+  const int srq_doorbell = p.b.user.keep(eventfd_for_test());
+  const std::uint64_t srq = p.b.user.ok(MessageType::CreateSrq, {p.db.pd, 8, 1, 0, srq_ring.bytes()},
+                                        {srq_ring.region.fd(), srq_doorbell});
+  auto qb2 = create_qp(p.b.user, p.db, IBV_QPT_RC, 4, 64, 16, srq);
+  auto qa2 = create_qp(p.a.user, p.da);
+  connect(p.a.user, *qa2, kIpB, qb2->qpn);
+  connect(p.b.user, *qb2, kIpA, qa2->qpn);
+  std::vector<std::uint8_t> a_mem(64), b_mem(8 * 8);
+  const Registration ra = reg_mr(p.a.user, p.da, a_mem, IBV_ACCESS_LOCAL_WRITE);
+  const Registration rb = reg_mr(p.b.user, p.db, b_mem, IBV_ACCESS_LOCAL_WRITE);
+  RingProducer srq_producer(srq_ring.region.bytes(), srq_ring.geometry);
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    RecvWqe wqe{};
+    wqe.wr_id = 500 + i;
+    wqe.num_sge = 1;
+    wqe.sge[0] = {reinterpret_cast<std::uintptr_t>(b_mem.data()) + 8 * i, 8, rb.lkey};
+    REQUIRE(srq_producer.try_push_value(wqe) == PushResult::Pushed);
+  }
+  srq_producer.publish();
+  // Arm at 3: the event comes when fewer than 3 WQEs are left, i.e. after the second SEND.
+  REQUIRE(p.b.user.call(MessageType::ModifySrq, {srq, IBV_SRQ_LIMIT, 0, 3}).words[0] == 0);
+  CHECK(p.b.user.call(MessageType::QuerySrq, {srq}).words[field::kQuerySrqLimit] == 3);
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    qa2->post_send(wqe_for(i, rocev2::WrOpcode::Send, a_mem, 4, ra.lkey));
+    exchange(p.a, p.b);
+  }
+  const auto received = qb2->poll();
+  REQUIRE(received.size() == 3);
+  CHECK(received[0].wr_id == 500);
+  CHECK(received[2].wr_id == 502);
+  const auto events = events_of(p.db);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].event_type == IBV_EVENT_SRQ_LIMIT_REACHED);
+  CHECK(events[0].element == srq);
+  CHECK(p.b.user.call(MessageType::QuerySrq, {srq}).words[field::kQuerySrqLimit] == 0);
+  CHECK(p.b.user.call(MessageType::DestroySrq, {srq}).words[0] == EBUSY);
+  CHECK(p.b.user.call(MessageType::ModifySrq, {srq, IBV_SRQ_MAX_WR, 16, 0}).words[0] == EINVAL);
+}
+
 TEST_CASE("nic: refused requests are EINVAL and change nothing") {
   Side side{kIpA, 1};
   const Device d = open_device(side.user);
