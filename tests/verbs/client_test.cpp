@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -51,10 +52,29 @@ class FakeDaemon {
     daemon_fd_ = fds[1];
     thread_ = std::thread([this] { run(); });
   }
+  // A daemon that listens on `socket_path` (NAME.sock in a run directory) and serves the
+  // first connection, so Context::open(NAME) finds it like a vnic.
+  explicit FakeDaemon(const std::string& socket_path) {
+    listener_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    REQUIRE(socket_path.size() < sizeof(address.sun_path));
+    std::strcpy(address.sun_path, socket_path.c_str());
+    REQUIRE(::bind(listener_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0);
+    REQUIRE(::listen(listener_, 1) == 0);
+    thread_ = std::thread([this] {
+      const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) return;
+      daemon_fd_ = fd;
+      run();
+    });
+  }
   ~FakeDaemon() {
-    ::shutdown(daemon_fd_, SHUT_RDWR);
+    if (listener_ >= 0) ::shutdown(listener_, SHUT_RDWR);
+    if (daemon_fd_ >= 0) ::shutdown(daemon_fd_, SHUT_RDWR);
     thread_.join();
-    ::close(daemon_fd_);
+    if (daemon_fd_ >= 0) ::close(daemon_fd_);
+    if (listener_ >= 0) ::close(listener_);
     for (int fd : owned_fds_) ::close(fd);
   }
 
@@ -101,16 +121,16 @@ class FakeDaemon {
  private:
   void run() {
     for (;;) {
-      control::Received received = control::receive_message(daemon_fd_);
+      control::Received received = control::receive_message(daemon_fd_.load());
       if (received.error != control::IoError::None) return;
       std::lock_guard lock(mutex_);
       if (close_next_) {
-        ::shutdown(daemon_fd_, SHUT_RDWR);
+        ::shutdown(daemon_fd_.load(), SHUT_RDWR);
         return;
       }
       control::Message reply = handle(received.message, received.fds);
       if (wrong_id_) reply.request_id += 1;
-      control::send_message(daemon_fd_, reply, {});
+      control::send_message(daemon_fd_.load(), reply, {});
     }
   }
 
@@ -195,7 +215,8 @@ class FakeDaemon {
   }
 
   int client_fd_ = -1;
-  int daemon_fd_ = -1;
+  std::atomic<int> daemon_fd_{-1};
+  int listener_ = -1;
   std::thread thread_;
   std::mutex mutex_;
   std::map<std::pair<std::uint32_t, int>, AdoptedRing> rings_;
@@ -966,4 +987,69 @@ TEST_CASE("api: request helpers fill the fields verbs needs", "[api]") {
   CHECK(add.compare_add == 7);
   CHECK(mtu_bytes(Mtu::Mtu4096) == 4096);
   CHECK(mtu_bytes(Mtu::Mtu256) == 256);
+}
+
+TEST_CASE("api: handles over a fake vnic: errors say what failed, events find a moved CompletionQueue", "[api]") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("rrdma-api-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  ::setenv("RRDMA_RUN_DIR", dir.c_str(), 1);
+  {
+    FakeDaemon daemon((dir / "fake0.sock").string());
+    verbs::Context context = verbs::Context::open("fake0");
+    CHECK(context.device_name() == "fake0");
+    CHECK(context.query_gid().to_string() == "::ffff:10.1.2.3");
+    ProtectionDomain pd = context.alloc_pd();
+    CompletionChannel channel = context.create_completion_channel();
+    CompletionQueue created = context.create_cq(8, &channel);
+    CompletionQueue cq = std::move(created);  // the channel must now find `cq`
+    QueuePair qp = pd.create_qp(QpType::Rc, cq);
+    CHECK(qp.state() == QpState::Reset);
+
+    try {
+      qp.post_send(SendWorkRequest::send(3, {}));
+      FAIL("post_send in RESET did not throw");
+    } catch (const verbs::Error& error) {
+      CHECK(error.error_number() == EINVAL);
+      CHECK(std::string(error.what()).find("wr_id 3") != std::string::npos);
+      CHECK(std::string(error.what()).find("RESET") != std::string::npos);
+    }
+    daemon.force_status(MessageType::ModifyQp, EINVAL);
+    CHECK_THROWS_WITH(qp.to_init(), Catch::Contains("modify_qp RESET -> INIT"));
+
+    std::vector<std::byte> buffer(64);
+    MemoryRegion mr = pd.register_memory(std::span(buffer));
+    CHECK(mr.sge(16).length == 48);
+    CHECK(mr.sge(16).addr == mr.address() + 16);
+    CHECK_THROWS_AS(mr.sge(60, 8), verbs::Error);
+    CHECK(mr.remote().rkey == mr.rkey());
+
+    AdoptedRing& ring = daemon.ring(static_cast<std::uint32_t>(cq.handle()));
+    RingProducer producer(ring.region.bytes(), ring.geometry);
+    cq.req_notify();
+    REQUIRE(producer.try_push_value(make_cqe(11, qp.qp_num())) == PushResult::Pushed);
+    REQUIRE(producer.publish_completions(false));
+    ring_eventfd(daemon.fd_of(static_cast<std::uint32_t>(cq.handle())));
+    CHECK(channel.get_event(std::chrono::milliseconds(0)) == &cq);
+    const auto wc = cq.poll_one();
+    REQUIRE(wc);
+    CHECK(wc->wr_id() == 11);
+    CHECK(wc->qp_num() == qp.qp_num());
+    CHECK_FALSE(cq.wait(std::chrono::milliseconds(0)));
+    CHECK(channel.get_event(std::chrono::milliseconds(0)) == nullptr);
+
+    Cqe failed = make_cqe(12, qp.qp_num());
+    failed.status = static_cast<std::uint32_t>(WcStatus::RetryExcErr);
+    REQUIRE(producer.try_push_value(failed) == PushResult::Pushed);
+    producer.publish();
+    try {
+      (void)cq.wait_ok(std::chrono::seconds(10));
+      FAIL("a failed completion did not throw");
+    } catch (const verbs::Error& error) {
+      CHECK(error.wc_status() == WcStatus::RetryExcErr);
+      CHECK(std::string(error.what()).find("transport retry counter exceeded") != std::string::npos);
+    }
+  }
+  ::unsetenv("RRDMA_RUN_DIR");
+  std::filesystem::remove_all(dir);
 }
