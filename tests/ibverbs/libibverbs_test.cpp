@@ -462,6 +462,12 @@ TEST_CASE("ibverbs: what a vnic cannot do fails with EOPNOTSUPP", "[ibverbs]") {
   CHECK(ibv_reg_mr_iova(pd, buffer.data(), buffer.size(), 0x1000, IBV_ACCESS_LOCAL_WRITE) == nullptr);
   CHECK(errno == EOPNOTSUPP);
   errno = 0;
+  CHECK(ibv_reg_mr(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  ibv_mr* relaxed = ibv_reg_mr(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
+  CHECK(relaxed != nullptr);  // an optional hint, ignored
+  if (relaxed != nullptr) CHECK(ibv_dereg_mr(relaxed) == 0);
+  errno = 0;
   CHECK(ibv_reg_dmabuf_mr(pd, 0, 64, 0, 3, IBV_ACCESS_LOCAL_WRITE) == nullptr);
   CHECK(errno == EOPNOTSUPP);
   CHECK(ibv_import_device(3) == nullptr);

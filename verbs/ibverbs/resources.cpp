@@ -316,8 +316,13 @@ RRDMA_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, std
   // An MR's remote addresses are its virtual addresses (the daemon's DMA is
   // process_vm_readv/writev at them), so another IOVA cannot be offered.
   if (iova != reinterpret_cast<std::uintptr_t>(addr)) return fail_null<ibv_mr>(EOPNOTSUPP);
-  // IBV_ACCESS_OPTIONAL_RANGE bits are hints a device may ignore (ibv_reg_mr(3)).
+  // IBV_ACCESS_OPTIONAL_RANGE bits are hints a device may ignore (ibv_reg_mr(3)); the other
+  // flags beyond the four access rights (memory windows, zero-based, on-demand paging,
+  // huge pages, flush) name features we do not have.
   access &= ~static_cast<unsigned int>(IBV_ACCESS_OPTIONAL_RANGE);
+  constexpr unsigned int kRights =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  if ((access & ~kRights) != 0) return fail_null<ibv_mr>(EOPNOTSUPP);
   auto created = box_cast<PdBox>(pd)->state->pd->register_memory(addr, length, access);
   if (!created.ok()) return fail_null<ibv_mr>(created.error);
   auto* box = new MrBox{};
