@@ -253,7 +253,7 @@ TEST_CASE("ibverbs: no running vnic is an empty device list", "[ibverbs]") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("ibverbs: a vnic is a RoCE CA device, RRDMA_DEVICES filters", "[ibverbs]") {
+TEST_CASE("ibverbs: a vnic is a RoCE CA device and RRDMA_DEVICES filters", "[ibverbs]") {
   FakeVnic vnic;
   int count = 0;
   ibv_device** list = ibv_get_device_list(&count);
@@ -277,7 +277,7 @@ TEST_CASE("ibverbs: a vnic is a RoCE CA device, RRDMA_DEVICES filters", "[ibverb
   ::unsetenv("RRDMA_DEVICES");
 }
 
-TEST_CASE("ibverbs: the context is extended, its queries go through verbs_context", "[ibverbs]") {
+TEST_CASE("ibverbs: the context is extended and its queries go through verbs_context", "[ibverbs]") {
   FakeVnic vnic;
   Opened opened;
   ibv_context* context = opened.context;
@@ -324,7 +324,7 @@ TEST_CASE("ibverbs: the context is extended, its queries go through verbs_contex
   CHECK(ibv_get_pkey_index(context, 1, htobe16(0x8001)) == -1);
 }
 
-TEST_CASE("ibverbs: ibv_post_send lands in the SQ ring, bad_wr names the refused WR", "[ibverbs]") {
+TEST_CASE("ibverbs: ibv_post_send lands in the SQ ring and bad_wr names the refused WR", "[ibverbs]") {
   FakeVnic vnic;
   Opened opened;
   ibv_pd* pd = ibv_alloc_pd(opened.context);

@@ -2,7 +2,9 @@
 // indices written by the peer, and a real two-process run over a memfd and an eventfd.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -494,4 +496,23 @@ TEST_CASE("ring: a completion arm fires once, after entries already waiting, and
     REQUIRE(consumer.try_pop_value(e) == PopResult::Popped);
     CHECK(e.seq == i);
   }
+}
+
+// The application reads its completion-channel and async eventfds itself and decides whether
+// they block (ibv_get_cq_event(3)); the daemon shares the open file description, so adopting
+// them must leave O_NONBLOCK alone. A doorbell the daemon reads is made non-blocking.
+TEST_CASE("adopt_keeping_mode leaves the shared eventfd blocking but adopt sets O_NONBLOCK", "[ring]") {
+  const int application_fd = eventfd(0, EFD_CLOEXEC);  // blocking, as the client makes it
+  REQUIRE(application_fd >= 0);
+  Doorbell kept = Doorbell::adopt_keeping_mode(dup(application_fd));
+  REQUIRE(kept.valid());
+  CHECK((fcntl(application_fd, F_GETFL) & O_NONBLOCK) == 0);
+  Doorbell doorbell = Doorbell::adopt(dup(application_fd));
+  REQUIRE(doorbell.valid());
+  CHECK((fcntl(application_fd, F_GETFL) & O_NONBLOCK) != 0);
+  int pipe_fds[2];
+  REQUIRE(pipe(pipe_fds) == 0);
+  CHECK_FALSE(Doorbell::adopt_keeping_mode(pipe_fds[0]).valid());  // not an eventfd: closed
+  close(pipe_fds[1]);
+  close(application_fd);
 }
