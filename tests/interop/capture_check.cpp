@@ -11,6 +11,7 @@
 // Exit status: 0 when every RoCE frame parses with a good ICRC (and the right source port),
 // and every expected source sent at least one; 1 when not (each bad frame is named on
 // stderr); 2 on a usage or file error.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -35,6 +36,7 @@ struct SenderSummary {
   std::size_t packets = 0;
   std::size_t ack_req = 0;
   std::size_t mig_req = 0;
+  std::size_t max_payload = 0;  // the largest payload sent: the path MTU in use, or less
   std::map<std::string_view, std::size_t> opcodes;
   std::set<unsigned> udp_source_ports;
   std::set<unsigned> ttls;
@@ -65,6 +67,7 @@ void record(SenderSummary& s, const rrdma::rocev2::RoceFrame& f) {
   ++s.packets;
   s.ack_req += f.packet.bth.ack_req ? 1 : 0;
   s.mig_req += f.packet.bth.mig_req ? 1 : 0;
+  s.max_payload = std::max(s.max_payload, f.packet.payload.size());
   ++s.opcodes[rrdma::rocev2::opcode_info(f.packet.bth.opcode).name];
   s.udp_source_ports.insert(f.headers.udp.source_port);
   s.ttls.insert(f.headers.ipv4.ttl);
@@ -74,8 +77,9 @@ void record(SenderSummary& s, const rrdma::rocev2::RoceFrame& f) {
 }
 
 void print(const rrdma::stack::Ipv4Address& source, const SenderSummary& s) {
-  std::printf("source %s packets %zu ackreq %zu migreq %zu udp_sport %s ttl %s tos %s pad %s df %s\n",
-              source.to_string().c_str(), s.packets, s.ack_req, s.mig_req, join(s.udp_source_ports).c_str(),
+  std::printf("source %s packets %zu ackreq %zu migreq %zu max_payload %zu udp_sport %s ttl %s tos %s pad %s df %s\n",
+              source.to_string().c_str(), s.packets, s.ack_req, s.mig_req, s.max_payload,
+              join(s.udp_source_ports).c_str(),
               join(s.ttls).c_str(), join(s.dscp_ecn).c_str(), join(s.pad_counts).c_str(),
               join(s.dont_fragment).c_str());
   for (const auto& [name, count] : s.opcodes) {

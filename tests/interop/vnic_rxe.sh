@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Issue 6: our vnic against Linux's rdma_rxe, on the wire, in both directions. Debian's
 # unmodified ibverbs-utils and perftest run on the vnic through our libibverbs.so.1
-# (`rrdma-vnic exec`) and in a peer VM over rxe (run-peer). One VM per direction runs the
-# whole sequence of cases (rrdma-serve / rrdma-connect inside the guest):
+# (`rrdma-vnic exec`) and in a peer VM over rxe (run-peer). One VM per direction and phase
+# runs the whole sequence of cases (rrdma-serve / rrdma-connect inside the guest):
 #   - VM servers, vnic clients: each case waits for the guest's "ready", runs the client,
 #     and collects the server's status from the guest's "done";
-#   - vnic servers, VM clients: each case starts the server on the vnic, the guest's
+#   - vnic servers, VM clients: each case starts the server on the vnic; the guest's
 #     client connects as soon as it listens (rrdma-connect retries a refused connection),
 #     and the guest's "done" gives the client's status.
-# Every case must exit 0 on both sides. tshark captures the bridge throughout: every frame
-# must decode in Wireshark as RRoCE with no malformed packet or expert information, and our
-# own parser and ICRC (rrdma_capture_check) must accept every frame of both senders.
-# Prints a table (direction, case, result). Capture and outputs go to the artifacts.
+# Phases: plain (every program; the vnic on a 1500-byte link must use 1024-byte packets,
+# as rxe does), loss (nftables drops 5% of the RoCE frames the bridge forwards: go-back-N
+# against go-back-N), jumbo (a second vnic on a 9000-byte link against rxe on 1500: still
+# 1024). Every case must exit 0 on both sides. tshark captures the bridge throughout: every
+# frame must decode in Wireshark as RRoCE with nothing malformed in the RoCE layers, and
+# our own parser and ICRC (rrdma_capture_check) must accept every frame of all senders.
+# Prints a table (phase and direction, case, result). Capture and outputs go to the
+# artifacts.
 # Environment: as system tests (RRDMA_VNIC, RRDMA_JSON_GET) plus tests/interop/lib.sh's.
-# RRDMA_INTEROP_CASES=REGEX runs only the cases whose name matches (debugging).
+# RRDMA_INTEROP_CASES=REGEX runs only the cases whose "phase/name" matches (debugging).
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../system/lib.sh
@@ -21,8 +25,11 @@ source "$HERE/../system/lib.sh"
 # shellcheck source=lib.sh
 source "$HERE/lib.sh"
 
-# name | program and arguments, on both sides (the harness adds device, GID, port, server)
-CASES=(
+# name | program and arguments, on both sides (the harness adds device, GID, port, server).
+# The perftest messages are 8 KiB, eight full packets each: the capture of the whole test
+# stays in the tens of MB. perftest sets max_rd_atomic from the peer's max_qp_rd_atom: rxe offers 128, our device 16,
+# so READ and atomic cases ask for 16 outstanding on both sides (docs/INTEROP.md).
+PLAIN_CASES=(
   "rc_s1|ibv_rc_pingpong -n 50 -s 1"
   "rc_s1000|ibv_rc_pingpong -n 50 -s 1000"
   "rc_s3000|ibv_rc_pingpong -n 50 -s 3000"
@@ -30,48 +37,58 @@ CASES=(
   "rc_chk|ibv_rc_pingpong -n 50 -s 4096 -c"
   "uc|ibv_uc_pingpong -n 50 -s 2000"
   "ud|ibv_ud_pingpong -n 50 -s 512"
-  # perftest sets max_rd_atomic from the peer's max_qp_rd_atom: rxe offers 128, our device
-  # 16, so both sides ask for 16 outstanding READs/atomics (docs/INTEROP.md).
-  "write_bw|ib_write_bw -n 200"
-  "read_bw|ib_read_bw -n 200 -o 16"
-  "send_bw|ib_send_bw -n 200"
+  "write_bw|ib_write_bw -n 200 -s 8192"
+  "read_bw|ib_read_bw -n 200 -s 8192 -o 16"
+  "send_bw|ib_send_bw -n 200 -s 8192"
   "fetch_add|ib_atomic_bw -n 200 -o 16 -A FETCH_AND_ADD"
   "cmp_swap|ib_atomic_bw -n 200 -o 16 -A CMP_AND_SWAP"
   "write_lat|ib_write_lat -n 200"
 )
-readonly FIRST_PORT=19000 CASE_TIMEOUT=120
+LOSS_CASES=(
+  "write_bw|ib_write_bw -n 200 -s 8192"
+  "read_bw|ib_read_bw -n 200 -s 8192 -o 16"
+)
+JUMBO_CASES=(
+  "write_bw|ib_write_bw -n 200 -s 8192"
+  "rc_s8000|ibv_rc_pingpong -n 20 -s 8000"
+)
+readonly CASE_TIMEOUT=180 LOSS_PERCENT=5
 
 require_interop
 require_system
-for program in ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat; do
+for program in ibv_devinfo ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat; do
   command -v "$program" >/dev/null || skip "no '$program' (scripts/deps installs ibverbs-utils and perftest)"
 done
+command -v nft >/dev/null || skip "no 'nft' (scripts/deps installs nftables)"
 interop_init r
 
-BRIDGE=${PREFIX}b VNIC=${PREFIX}v NS=${PREFIX}-p
-VM_IP=$NET.2 VNIC_IP=$NET.10 NS_IP=$NET.20
+BRIDGE=${PREFIX}b VNIC=${PREFIX}v JUMBO_VNIC=${PREFIX}j NS=${PREFIX}-p
+VM_IP=$NET.2 VNIC_IP=$NET.10 JUMBO_IP=$NET.11 NS_IP=$NET.20
+# Every VM of the test has the same MAC: they run one after another with the same address,
+# and a vnic's ARP cache must not send the next VM's frames to the previous one.
+VM_MAC=$(mac_for 9)
 make_bridge "$BRIDGE"
 # The programs' TCP side channel needs a kernel address: a namespace with a veth on the
-# bridge; their RDMA goes through the vnic.
+# bridge; their RDMA goes through the vnics.
 make_peer "$NS" "$BRIDGE" "${PREFIX}h" "${PREFIX}n" "$NS_IP/24"
 vnic_up "$VNIC" --ip "$VNIC_IP/24" --mac "$(mac_for 1)" --bridge "$BRIDGE"
 start_capture "$BRIDGE" "$TMPD/vnic_rxe.pcapng"
 
-selected() { [[ -z "${RRDMA_INTEROP_CASES:-}" || "$1" =~ $RRDMA_INTEROP_CASES ]]; }
-
 # gid_flag PROGRAM: ibv_*_pingpong take the GID index with -g, perftest with -x.
 gid_flag() { [[ "$1" == ibv_* ]] && echo -g || echo -x; }
 
-# on_vnic PROGRAM ARGS...: in the namespace, over our libibverbs, seeing only the vnic.
+# on_vnic DEV PROGRAM ARGS...: in the namespace, over our libibverbs, seeing only DEV.
 on_vnic() {
-  ip netns exec "$NS" timeout "$CASE_TIMEOUT" "$RRDMA_VNIC" exec --dev "$VNIC" -- "$@"
+  local dev=$1
+  shift
+  ip netns exec "$NS" timeout "$CASE_TIMEOUT" "$RRDMA_VNIC" exec --dev "$dev" -- "$@"
 }
 
 ROWS=()
 KEEP_GOING=1
 row() {  # row DIRECTION CASE RESULT [DETAIL]
-  ROWS+=("$(printf '%-22s %-10s %-5s %s' "$1" "$2" "$3" "${4:-}")")
-  log "$(printf '%-22s %-10s %-5s %s' "$1" "$2" "$3" "${4:-}")"
+  ROWS+=("$(printf '%-32s %-10s %-5s %s' "$1" "$2" "$3" "${4:-}")")
+  log "$(printf '%-32s %-10s %-5s %s' "$1" "$2" "$3" "${4:-}")"
 }
 
 # The line of a program's output that says why it failed (else its last line).
@@ -79,120 +96,164 @@ why() {
   { grep -iE "fail|error|couldn|unable|invalid|not supported" "$1" || tail -n 1 "$1"; } | tail -n 1 | tr -s ' \t' ' '
 }
 
+# select_cases PHASE CASE...: sets NAMES and ARGS (parallel arrays) to the selected cases.
+select_cases() {
+  local phase=$1 entry
+  shift
+  NAMES=() ARGS=()
+  for entry in "$@"; do
+    [[ -z "${RRDMA_INTEROP_CASES:-}" || "$phase/${entry%%|*}" =~ $RRDMA_INTEROP_CASES ]] || continue
+    NAMES+=("${entry%%|*}") ARGS+=("${entry#*|}")
+  done
+}
+
 # ---------------------------------------------------------------------------------------
 # VM servers, vnic clients
 
+# vm_servers PHASE DEV PORT_BASE CASE...
 vm_servers() {
-  local direction="rxe server, vnic client" script="" port=$FIRST_PORT entry name args gid
-  local -a names=() ports=()
-  for entry in "${CASES[@]}"; do
-    name=${entry%%|*} args=${entry#*|}
-    selected "$name" || continue
-    port=$(( port + 1 ))
-    gid=$(gid_flag "$args")
-    script+="rrdma-serve $name $port $args $gid \$RRDMA_GID_INDEX -p $port; "
-    names+=("$name") ports+=("$port")
+  local phase=$1 dev=$2 port_base=$3 script="ibv_devinfo -v; " i
+  shift 3
+  local direction="$phase: rxe server, vnic client" vm=$phase-servers
+  select_cases "$phase" "$@"
+  (( ${#NAMES[@]} > 0 )) || return 0
+  for i in "${!NAMES[@]}"; do
+    script+="rrdma-serve ${NAMES[$i]} $(( port_base + i )) ${ARGS[$i]} $(gid_flag "${ARGS[$i]}") \$RRDMA_GID_INDEX -p $(( port_base + i )); "
   done
-  (( ${#names[@]} > 0 )) || return 0
-  peer start servers --netns "$HOST_NS" --bridge "$BRIDGE" --tap "${PREFIX}s" --ip "$VM_IP/24" \
-    --timeout 600 -- "$script" || fail "server VM did not start: $(cat "$TMPD/servers.err")"
-  local i client_rc server_status out stuck=0
-  for i in "${!names[@]}"; do
-    name=${names[$i]} port=${ports[$i]}
-    args=$(case_args "$name")
-    out=$TMPD/vnic-client.$name
-    if ! await servers "ready $name" 200; then
-      row "$direction" "$name" FAIL "the VM's server never got ready: $(cat "$TMPD/await.err")"
-      fail_case "$direction $name: no server"
+  peer start "$vm" --netns "$HOST_NS" --bridge "$BRIDGE" --tap "${PREFIX}s" --ip "$VM_IP/24" --mac "$VM_MAC" \
+    --timeout 600 -- "$script" || fail "server VM did not start: $(cat "$TMPD/$vm.err")"
+  local client_rc server_status out stuck=0
+  for i in "${!NAMES[@]}"; do
+    out=$TMPD/vnic-client.$phase.${NAMES[$i]}
+    if ! await "$vm" "ready ${NAMES[$i]}" 200; then
+      row "$direction" "${NAMES[$i]}" FAIL "the VM's server never got ready: $(cat "$TMPD/await.err")"
+      fail_case "$direction ${NAMES[$i]}: no server"
+      stuck=1
       break
     fi
     client_rc=0
     # shellcheck disable=SC2086
-    on_vnic $args -d "$VNIC" "$(gid_flag "$args")" 0 -p "$port" "$VM_IP" >"$out" 2>&1 || client_rc=$?
+    on_vnic "$dev" ${ARGS[$i]} -d "$dev" "$(gid_flag "${ARGS[$i]}")" 0 -p "$(( port_base + i ))" "$VM_IP" \
+      >"$out" 2>&1 || client_rc=$?
     server_status=timeout
-    await servers "done $name" "$CASE_TIMEOUT" && server_status=$MARK_REST
+    await "$vm" "done ${NAMES[$i]}" "$CASE_TIMEOUT" && server_status=$MARK_REST
     if [[ "$client_rc" == 0 && "$server_status" == 0 ]]; then
-      row "$direction" "$name" PASS
+      row "$direction" "${NAMES[$i]}" PASS
     else
-      row "$direction" "$name" FAIL "vnic client exit $client_rc: $(why "$out") / rxe server: $server_status"
-      fail_case "$direction $name"
+      row "$direction" "${NAMES[$i]}" FAIL "vnic client exit $client_rc: $(why "$out") / rxe server: $server_status"
+      fail_case "$direction ${NAMES[$i]}"
       # A server still waiting for its client holds up every later case of the sequence.
       [[ "$server_status" == timeout ]] && { stuck=1; break; }
     fi
   done
-  if (( stuck )); then peer stop servers; else peer wait servers; fi
-  cp "$TMPD/servers.out" "$TMPD/rxe-servers.out" 2>/dev/null
-}
-
-case_args() {  # case_args NAME: the program and arguments of case NAME
-  local entry
-  for entry in "${CASES[@]}"; do
-    [[ "${entry%%|*}" == "$1" ]] && { echo "${entry#*|}"; return; }
-  done
+  if (( stuck )); then peer stop "$vm"; else peer wait "$vm"; fi
 }
 
 # ---------------------------------------------------------------------------------------
 # vnic servers, VM clients
 
+# vm_clients PHASE DEV PORT_BASE CASE...
 vm_clients() {
-  local direction="vnic server, rxe client" script="" port=$(( FIRST_PORT + 100 )) entry name args gid
-  local -a names=() ports=()
-  for entry in "${CASES[@]}"; do
-    name=${entry%%|*} args=${entry#*|}
-    selected "$name" || continue
-    port=$(( port + 1 ))
-    gid=$(gid_flag "$args")
-    # The guest's client retries a refused connection for up to 60 s (the vnic's server
-    # starts within a second or two of the previous case's end).
-    script+="rrdma-connect $name 60 $args $gid \$RRDMA_GID_INDEX -p $port $NS_IP; "
-    names+=("$name") ports+=("$port")
+  local phase=$1 dev=$2 port_base=$3 script="" i
+  shift 3
+  local direction="$phase: vnic server, rxe client" vm=$phase-clients
+  select_cases "$phase" "$@"
+  (( ${#NAMES[@]} > 0 )) || return 0
+  # The guest's client retries a refused connection for up to 60 s (the vnic's server
+  # starts within a second or two of the previous case's end).
+  for i in "${!NAMES[@]}"; do
+    script+="rrdma-connect ${NAMES[$i]} 60 ${ARGS[$i]} $(gid_flag "${ARGS[$i]}") \$RRDMA_GID_INDEX -p $(( port_base + i )) $NS_IP; "
   done
-  (( ${#names[@]} > 0 )) || return 0
-  peer start clients --netns "$HOST_NS" --bridge "$BRIDGE" --tap "${PREFIX}c" --ip "$VM_IP/24" \
-    --timeout 600 -- "$script" || fail "client VM did not start: $(cat "$TMPD/clients.err")"
-  local i server_pid server_rc client_status out
-  for i in "${!names[@]}"; do
-    name=${names[$i]} port=${ports[$i]}
-    args=$(case_args "$name")
-    out=$TMPD/vnic-server.$name
+  peer start "$vm" --netns "$HOST_NS" --bridge "$BRIDGE" --tap "${PREFIX}c" --ip "$VM_IP/24" --mac "$VM_MAC" \
+    --timeout 600 -- "$script" || fail "client VM did not start: $(cat "$TMPD/$vm.err")"
+  local server_pid server_rc client_status out
+  for i in "${!NAMES[@]}"; do
+    out=$TMPD/vnic-server.$phase.${NAMES[$i]}
     # shellcheck disable=SC2086
-    on_vnic $args -d "$VNIC" "$(gid_flag "$args")" 0 -p "$port" >"$out" 2>&1 &
+    on_vnic "$dev" ${ARGS[$i]} -d "$dev" "$(gid_flag "${ARGS[$i]}")" 0 -p "$(( port_base + i ))" >"$out" 2>&1 &
     server_pid=$!
     BACKGROUND_PIDS+=("$server_pid")
     # The guest's client connects as soon as the server listens (it may be done before we
     # could even see the listening socket). The first case also waits for the VM's boot.
     client_status=timeout
-    await clients "done $name" 300 && client_status=$MARK_REST
+    await "$vm" "done ${NAMES[$i]}" 300 && client_status=$MARK_REST
     server_rc=0
     wait "$server_pid" || server_rc=$?
     if [[ "$server_rc" == 0 && "$client_status" == 0 ]]; then
-      row "$direction" "$name" PASS
+      row "$direction" "${NAMES[$i]}" PASS
     else
-      row "$direction" "$name" FAIL "vnic server exit $server_rc: $(why "$out") / rxe client: $client_status"
-      fail_case "$direction $name"
+      row "$direction" "${NAMES[$i]}" FAIL "vnic server exit $server_rc: $(why "$out") / rxe client: $client_status"
+      fail_case "$direction ${NAMES[$i]}"
     fi
   done
-  peer wait clients
-  cp "$TMPD/clients.out" "$TMPD/rxe-clients.out" 2>/dev/null
+  peer wait "$vm"
 }
 
 # ---------------------------------------------------------------------------------------
+# Phases
 
-started=$SECONDS
-vm_servers
-log "rxe servers done in $(( SECONDS - started ))s"
-started=$SECONDS
-vm_clients
-log "rxe clients done in $(( SECONDS - started ))s"
+phase() {  # phase NAME DEV PORT_BASE CASE...: both directions
+  local started=$SECONDS
+  vm_servers "$@"
+  vm_clients "$1" "$2" $(( $3 + 50 )) "${@:4}"
+  log "phase $1 done in $(( SECONDS - started ))s"
+}
+
+# expect_active_mtu FILE WHO: `ibv_devinfo -v` in FILE shows an active MTU of 1024.
+expect_active_mtu() {
+  grep -qE "active_mtu:[[:space:]]+1024 " "$1" ||
+    fail_case "$2: active_mtu is not 1024: $(grep -E 'active_mtu' "$1" | tr -s ' \t' ' ')"
+}
+
+start_loss() {
+  host nft -f - <<EOF || fail "cannot add the nftables loss rule"
+table bridge rrdma_${PREFIX} {
+  chain forward {
+    type filter hook forward priority 0; policy accept;
+    meta l4proto udp udp dport 4791 numgen random mod 100 < $LOSS_PERCENT counter drop
+  }
+}
+EOF
+}
+
+stop_loss() {  # sets DROPPED to the number of RoCE frames the rule dropped
+  DROPPED=$(host nft list table bridge "rrdma_$PREFIX" | sed -n 's/.*counter packets \([0-9]*\) .*/\1/p')
+  host nft delete table bridge "rrdma_$PREFIX"
+}
+
+on_vnic "$VNIC" ibv_devinfo -v >"$TMPD/vnic-devinfo" 2>&1 || fail "ibv_devinfo on $VNIC: $(why "$TMPD/vnic-devinfo")"
+expect_active_mtu "$TMPD/vnic-devinfo" "vnic on a 1500-byte link"
+phase plain "$VNIC" 19000 "${PLAIN_CASES[@]}"
+[[ -s "$TMPD/plain-servers.out" ]] && expect_active_mtu "$TMPD/plain-servers.out" "rxe on a 1500-byte link"
+
+start_loss
+phase loss "$VNIC" 19200 "${LOSS_CASES[@]}"
+stop_loss
+log "nftables dropped $DROPPED RoCE frames"
+[[ "$DROPPED" =~ ^[0-9]+$ ]] && (( DROPPED > 0 )) || fail_case "the loss phase dropped no frame ('$DROPPED')"
+
+# The bridge drops frames larger than the egress port's MTU, and the VM's TAP has 1500:
+# the jumbo vnic gets through only if both ends really use 1024-byte packets.
+vnic_up "$JUMBO_VNIC" --ip "$JUMBO_IP/24" --mac "$(mac_for 2)" --bridge "$BRIDGE" --mtu 9000
+phase jumbo "$JUMBO_VNIC" 19400 "${JUMBO_CASES[@]}"
 stop_capture
 
-log "--- vnic $VNIC_IP against rxe $VM_IP"
+log "--- vnics $VNIC_IP (MTU 1500) and $JUMBO_IP (MTU 9000) against rxe $VM_IP (MTU 1500)"
 printf '%s\n' "${ROWS[@]}"
-for vm in servers clients; do
-  cp "$TMPD/$vm/console.log" "$TMPD/rxe-$vm.console" 2>/dev/null
-  cp "$TMPD/$vm/control.log" "$TMPD/rxe-$vm.control" 2>/dev/null
+for vm in "$TMPD"/*-servers "$TMPD"/*-clients; do
+  [[ -d "$vm" ]] || continue
+  cp "$TMPD/$(basename "$vm").out" "$TMPD/rxe-$(basename "$vm").out" 2>/dev/null
+  cp "$vm/console.log" "$TMPD/rxe-$(basename "$vm").console" 2>/dev/null
 done
-save_artifacts vnic_rxe "$TMPD/vnic_rxe.pcapng" "$TMPD"/rxe-*.* "$TMPD"/vnic-*.*
+# Compressed: tens of MB of mostly repeated payload bytes (tshark reads .pcapng.gz).
+gzip -1 -c "$TMPD/vnic_rxe.pcapng" >"$TMPD/vnic_rxe.pcapng.gz"
+save_artifacts vnic_rxe "$TMPD/vnic_rxe.pcapng.gz" "$TMPD"/rxe-*.* "$TMPD"/vnic-*
 expect_wireshark_clean "$TMPD/vnic_rxe.pcapng"
-expect_capture_checked "$TMPD/vnic_rxe.pcapng" --expect-source "$VNIC_IP" --expect-source "$VM_IP"
+expect_capture_checked "$TMPD/vnic_rxe.pcapng" --expect-source "$VNIC_IP" --expect-source "$VM_IP" \
+  --expect-source "$JUMBO_IP"
+# Full-size packets went both ways (messages of many packets): at most 1024 bytes each.
+for source in "$VNIC_IP" "$VM_IP" "$JUMBO_IP"; do
+  max=$(sed -n "s/^source $source .* max_payload \([0-9]*\) .*/\1/p" "$TMPD/capture_check.out")
+  expect_eq "$max" 1024 "the largest payload $source sent"
+done
 finish_cases
