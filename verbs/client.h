@@ -171,6 +171,7 @@ class Context : public std::enable_shared_from_this<Context> {
  private:
   Context(UniqueFd socket, std::string name);
   int handshake();
+  void settle_event_fd();
 
   std::string name_;
   UniqueFd socket_;

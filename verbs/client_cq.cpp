@@ -1,7 +1,9 @@
 // The client library's data path from the daemon: CQ rings (poll, notification arm, resize),
 // completion channels and the async-event ring (docs/VERBS_DATAPATH.md, "Completions",
 // "Completion channels and ibv_req_notify_cq", "Asynchronous events").
+#include <poll.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -35,10 +37,29 @@ int Context::try_get_async_event(AsyncEventEntry& out) {
 int Context::get_async_event(AsyncEventEntry& out, int timeout_ms) {
   for (;;) {
     const int error = try_get_async_event(out);
+    if (error == 0) settle_event_fd();
     if (error != EAGAIN) return error;
     std::uint64_t count = 0;
     if (const int wait_error = read_event_fd(event_fd_.get(), timeout_ms, count); wait_error != 0) return wait_error;
   }
+}
+
+// After taking the last queued event, clear the eventfd's counter so that a poll()ing
+// application is not woken for events it already has (a kernel async fd is readable only
+// while events are queued). Clear first, look second: an event published before a write we
+// cleared is seen here, and we make the fd readable again ourselves; a write that comes
+// after the clear makes it readable anyway. Only the daemon's lag between publishing and
+// writing can still leave a count behind (docs/VERBS_CLIENT.md, "Known limits").
+void Context::settle_event_fd() {
+  std::lock_guard lock(event_mutex_);
+  if (!event_ring_ || event_ring_->available() != 0) return;
+  pollfd readable{event_fd_.get(), POLLIN, 0};
+  if (::poll(&readable, 1, 0) != 1) return;
+  std::uint64_t count = 0;
+  if (::read(event_fd_.get(), &count, sizeof(count)) != static_cast<ssize_t>(sizeof(count))) return;
+  if (event_ring_->available() == 0) return;
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t ignored = ::write(event_fd_.get(), &one, sizeof(one));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -807,12 +807,19 @@ TEST_CASE("client: async events come from the event ring", "[client]") {
   REQUIRE(producer.try_push_value(AsyncEventEntry{15, 0, 78}) == PushResult::Pushed);
   producer.publish();
   ring_eventfd(daemon.event_fd());
+  const auto async_fd_readable = [&] {
+    pollfd readable{context->async_fd(), POLLIN, 0};
+    return ::poll(&readable, 1, 0) == 1;
+  };
   REQUIRE(context->get_async_event(event) == 0);
   CHECK(event.event_type == 1);
   CHECK(event.element == 77);
+  CHECK(async_fd_readable());  // one more event is queued
   REQUIRE(context->get_async_event(event, 0) == 0);
   CHECK(event.event_type == 15);
   CHECK(event.element == 78);
+  // Nothing queued: a poll()ing application must not be woken for what it already took.
+  CHECK_FALSE(async_fd_readable());
   REQUIRE(::fcntl(context->async_fd(), F_SETFL, O_NONBLOCK) == 0);
   CHECK(context->get_async_event(event) == EAGAIN);
 }
