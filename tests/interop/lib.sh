@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the interop tests (sourced after tests/system/lib.sh, not run): the peer VMs,
 # the capture on the bridge, the checks every capture passes, the artifacts.
 # Environment: RRDMA_CAPTURE_CHECK, RRDMA_INTEROP_ARTIFACTS (tests/interop/CMakeLists.txt),

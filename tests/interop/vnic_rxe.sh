@@ -230,7 +230,9 @@ start_loss
 phase loss "$VNIC" 19200 "${LOSS_CASES[@]}"
 stop_loss
 log "nftables dropped $DROPPED RoCE frames"
-[[ "$DROPPED" =~ ^[0-9]+$ ]] && (( DROPPED > 0 )) || fail_case "the loss phase dropped no frame ('$DROPPED')"
+if ! [[ "$DROPPED" =~ ^[1-9][0-9]*$ ]]; then
+  fail_case "the loss phase dropped no frame ('$DROPPED')"
+fi
 
 # The bridge drops frames larger than the egress port's MTU, and the VM's TAP has 1500:
 # the jumbo vnic gets through only if both ends really use 1024-byte packets.
