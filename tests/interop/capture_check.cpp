@@ -2,11 +2,15 @@
 // and ICRC (rocev2::parse_frame), and reports, per sending address, what the sender chose
 // where the spec leaves a choice (UDP source port, AckReq, MigReq, TTL, DSCP/ECN, pad).
 //
-//   rrdma_capture_check FILE [--expect-source A.B.C.D]... [--qp-pair QPN QPN]
+//   rrdma_capture_check FILE [--expect-source A.B.C.D]... [--qp-pair QPN QPN] [--check-udp-ports]
 //
 // --qp-pair: the two QPNs of one RC/UC connection (0x prefix for hex); every RC/UC frame
 // addressed to either must carry the UDP source port our encap computes for the pair
 // (rocev2::udp_source_port_connected), i.e. rxe and we must hash connections alike.
+// --check-udp-ports: the same for every connection of the capture, found without being
+// told: an RC/UC flow A->B on port P to QPN y must have a reverse flow B->A on the same
+// port to some QPN x with P == udp_source_port_connected(x, y); and every UD frame must
+// carry udp_source_port_datagram() of its DETH's source QP.
 // Frames that are not IPv4/UDP to port 4791 (ARP, TCP of the pingpong's setup) are skipped.
 // Exit status: 0 when every RoCE frame parses with a good ICRC (and the right source port),
 // and every expected source sent at least one; 1 when not (each bad frame is named on
@@ -49,7 +53,17 @@ struct Options {
   std::string path;
   std::vector<rrdma::stack::Ipv4Address> expected_sources;
   std::optional<std::pair<rrdma::rocev2::Qpn, rrdma::rocev2::Qpn>> qp_pair;
+  bool check_udp_ports = false;
 };
+
+// One direction of RC/UC traffic on one UDP source port, and the QPNs it went to.
+struct Flow {
+  rrdma::stack::Ipv4Address source;
+  rrdma::stack::Ipv4Address destination;
+  std::uint16_t udp_source_port = 0;
+  auto operator<=>(const Flow&) const = default;
+};
+using Flows = std::map<Flow, std::set<std::uint32_t>>;
 
 // Not RoCE v2 at all, as opposed to RoCE v2 that is broken.
 bool is_other_traffic(FrameError e) {
@@ -108,6 +122,42 @@ std::string_view port_mismatch(const Options& options, const rrdma::rocev2::Roce
   return "UDP source port is not udp_source_port_connected() of the QP pair";
 }
 
+std::string_view datagram_port_mismatch(const Options& options, const rrdma::rocev2::RoceFrame& f) {
+  if (!options.check_udp_ports || !f.packet.deth) return {};
+  if (f.headers.udp.source_port == rrdma::rocev2::udp_source_port_datagram(f.packet.deth->src_qp)) return {};
+  return "UD UDP source port is not udp_source_port_datagram() of the DETH's source QP";
+}
+
+void record_flow(Flows& flows, const rrdma::rocev2::RoceFrame& f) {
+  if (!is_connected_service(f.packet.bth.opcode)) return;
+  flows[{f.headers.ipv4.source, f.headers.ipv4.destination, f.headers.udp.source_port}].insert(
+      f.packet.bth.dest_qp.value());
+}
+
+// Each flow pairs with its reverse on the same port, and the port is the QP pair's.
+// Returns the number of flows that do not; names each on stderr.
+std::size_t check_flows(const Flows& flows) {
+  std::size_t bad = 0;
+  for (const auto& [flow, to_qpns] : flows) {
+    const auto reverse = flows.find({flow.destination, flow.source, flow.udp_source_port});
+    bool matched = false;
+    if (reverse != flows.end()) {
+      for (std::uint32_t y : to_qpns)
+        for (std::uint32_t x : reverse->second)
+          matched = matched || flow.udp_source_port == rrdma::rocev2::udp_source_port_connected(
+                                                           rrdma::rocev2::Qpn(x), rrdma::rocev2::Qpn(y));
+    }
+    if (!matched) {
+      ++bad;
+      std::fprintf(stderr, "flow %s -> %s port %u: %s\n", flow.source.to_string().c_str(),
+                   flow.destination.to_string().c_str(), unsigned(flow.udp_source_port),
+                   reverse == flows.end() ? "no reverse flow on the same port"
+                                          : "port is not udp_source_port_connected() of its QPNs");
+    }
+  }
+  return bad;
+}
+
 bool parse_options(int argc, char** argv, Options& options) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -121,6 +171,8 @@ bool parse_options(int argc, char** argv, Options& options) {
       if (!a || !b) return false;
       options.qp_pair.emplace(*a, *b);
       i += 2;
+    } else if (arg == "--check-udp-ports") {
+      options.check_udp_ports = true;
     } else if (options.path.empty() && !arg.starts_with("-")) {
       options.path = arg;
     } else {
@@ -133,6 +185,7 @@ bool parse_options(int argc, char** argv, Options& options) {
 int check(const Options& options) {
   const std::vector<rrdma::test::Frame> frames = rrdma::test::read_capture(options.path);
   std::map<rrdma::stack::Ipv4Address, SenderSummary> senders;
+  Flows flows;
   std::size_t bad = 0;
   for (std::size_t i = 0; i < frames.size(); ++i) {
     rrdma::rocev2::RoceFrame frame;
@@ -144,6 +197,7 @@ int check(const Options& options) {
                                                       : rrdma::rocev2::to_string(result.error);
     } else {
       why = port_mismatch(options, frame);
+      if (why.empty()) why = datagram_port_mismatch(options, frame);
     }
     if (!why.empty()) {
       ++bad;
@@ -152,14 +206,17 @@ int check(const Options& options) {
       continue;
     }
     record(senders[frame.headers.ipv4.source], frame);
+    record_flow(flows, frame);
   }
+  const std::size_t bad_flows = options.check_udp_ports ? check_flows(flows) : 0;
   std::size_t total = 0;
   for (const auto& [source, summary] : senders) {
     print(source, summary);
     total += summary.packets;
   }
   std::printf("roce frames %zu good, %zu bad, %zu other frames\n", total, bad, frames.size() - total - bad);
-  int status = bad == 0 ? 0 : 1;
+  if (options.check_udp_ports) std::printf("connected flows %zu, %zu without a matching port\n", flows.size(), bad_flows);
+  int status = bad == 0 && bad_flows == 0 ? 0 : 1;
   for (const auto& source : options.expected_sources) {
     if (!senders.contains(source)) {
       std::fprintf(stderr, "no RoCE frame from %s\n", source.to_string().c_str());
@@ -174,7 +231,7 @@ int check(const Options& options) {
 int main(int argc, char** argv) {
   Options options;
   if (!parse_options(argc, argv, options)) {
-    std::fprintf(stderr, "usage: %s FILE [--expect-source A.B.C.D]... [--qp-pair QPN QPN]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s FILE [--expect-source A.B.C.D]... [--qp-pair QPN QPN] [--check-udp-ports]\n", argv[0]);
     return 2;
   }
   try {

@@ -75,6 +75,6 @@ CLIENT_QPN=$QPN
 log "QPNs: server $SERVER_QPN, client $CLIENT_QPN"
 [[ "$SERVER_QPN" != "$CLIENT_QPN" ]] || log "note: equal QPNs, the UDP source port check is weaker"
 expect_capture_checked "$TMPD/rxe_rc_pingpong.pcapng" --expect-source "$SERVER_IP" --expect-source "$CLIENT_IP" \
-  --qp-pair "$SERVER_QPN" "$CLIENT_QPN"
+  --qp-pair "$SERVER_QPN" "$CLIENT_QPN" --check-udp-ports
 save_artifacts rxe_selftest "$TMPD/rxe_rc_pingpong.pcapng" "$TMPD/server.out" "$TMPD/client.out" \
   "$TMPD/capture_check.out"

@@ -13,7 +13,8 @@
 # against go-back-N), jumbo (a second vnic on a 9000-byte link against rxe on 1500: still
 # 1024). Every case must exit 0 on both sides. tshark captures the bridge throughout: every
 # frame must decode in Wireshark as RRoCE with nothing malformed in the RoCE layers, and
-# our own parser and ICRC (rrdma_capture_check) must accept every frame of all senders.
+# our own parser and ICRC (rrdma_capture_check) must accept every frame of all senders,
+# each with the UDP source port our encap would choose.
 # Prints a table (phase and direction, case, result). Capture and outputs go to the
 # artifacts.
 # Environment: as system tests (RRDMA_VNIC, RRDMA_JSON_GET) plus tests/interop/lib.sh's.
@@ -251,8 +252,10 @@ done
 gzip -1 -c "$TMPD/vnic_rxe.pcapng" >"$TMPD/vnic_rxe.pcapng.gz"
 save_artifacts vnic_rxe "$TMPD/vnic_rxe.pcapng.gz" "$TMPD"/rxe-*.* "$TMPD"/vnic-*
 expect_wireshark_clean "$TMPD/vnic_rxe.pcapng"
+# --check-udp-ports: both ends of every connection chose the port our encap computes for
+# the QP pair, and every UD sender its QPN's port: rxe and we hash alike.
 expect_capture_checked "$TMPD/vnic_rxe.pcapng" --expect-source "$VNIC_IP" --expect-source "$VM_IP" \
-  --expect-source "$JUMBO_IP"
+  --expect-source "$JUMBO_IP" --check-udp-ports
 # Full-size packets went both ways (messages of many packets): at most 1024 bytes each.
 for source in "$VNIC_IP" "$VM_IP" "$JUMBO_IP"; do
   max=$(sed -n "s/^source $source .* max_payload \([0-9]*\) .*/\1/p" "$TMPD/capture_check.out")
