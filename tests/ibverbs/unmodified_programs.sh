@@ -194,6 +194,25 @@ else
   row pyverbs "" SKIP "python3-pyverbs is not installed"
 fi
 
+# The extended verbs no Debian tool reaches on a vnic (ibv_create_cq_ex, ibv_create_qp_ex,
+# ibv_wr_*): our own ordinary verbs program, linked against the system's libibverbs, with a
+# QP on each vnic in one process (so without --dev: it sees both).
+if selected wr_api_check "$VNIC_A $VNIC_B"; then
+  if [[ -n "${RRDMA_WR_API_CHECK:-}" && -x "$RRDMA_WR_API_CHECK" ]]; then
+    rc=0
+    ip netns exec "$NS_A" timeout 120 "$RRDMA_VNIC" exec -- "$RRDMA_WR_API_CHECK" "$VNIC_A" "$VNIC_B" \
+      >"$TMPD/wr_api.out" 2>&1 || rc=$?
+    if (( rc == 0 )); then
+      row wr_api_check "$VNIC_A $VNIC_B" PASS "$(why "$TMPD/wr_api.out")"
+    else
+      row wr_api_check "$VNIC_A $VNIC_B" FAIL "exit $rc: $(why "$TMPD/wr_api.out")"
+      fail_case "wr_api_check: exit $rc"
+    fi
+  else
+    row wr_api_check "" SKIP "RRDMA_WR_API_CHECK is not set (no system libibverbs to link it)"
+  fi
+fi
+
 log "--- the pingpongs"
 for program in ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong; do
   for size in "" "-s 1" "-s 4096" "-s 65536"; do

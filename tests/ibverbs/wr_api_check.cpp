@@ -1,0 +1,198 @@
+/* An ordinary libibverbs program (built against the system's libibverbs, run over ours by
+ * `rrdma-vnic exec`) for the extended verbs that Debian's tools do not reach on a vnic:
+ * ibv_create_cq_ex with ibv_start_poll / ibv_next_poll, ibv_create_qp_ex with send_ops_flags
+ * and the ibv_wr_* posting API (ibv_wr_post(3)). One process, two devices: an RC QP on each,
+ * connected to each other; from A it WRITEs, READs, FETCH_ADDs, CMP_SWAPs and SENDs inline
+ * to B, then checks B's memory, A's results and every completion. C++ only for the build's
+ * flags: it is written as any C verbs program is.
+ *   wr_api_check DEVICE_A DEVICE_B      exit 0 and "ok" when everything checked out */
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+#include <infiniband/verbs.h>
+
+#define BUFFER_BYTES 8192
+
+struct side {
+  struct ibv_context *context;
+  struct ibv_pd *pd;
+  struct ibv_cq_ex *cq;
+  struct ibv_qp *qp;
+  struct ibv_mr *mr;
+  unsigned char *buffer;
+  union ibv_gid gid;
+};
+
+[[noreturn]] static void fail(const char *what) {
+  fprintf(stderr, "wr_api_check: %s\n", what);
+  exit(1);
+}
+
+static void open_side(struct side *side, const char *name) {
+  struct ibv_device **list = ibv_get_device_list(NULL);
+  if (!list) fail("ibv_get_device_list");
+  for (int i = 0; list[i]; ++i)
+    if (strcmp(ibv_get_device_name(list[i]), name) == 0) side->context = ibv_open_device(list[i]);
+  ibv_free_device_list(list);
+  if (!side->context) fail("no such device");
+  side->pd = ibv_alloc_pd(side->context);
+  side->buffer = static_cast<unsigned char *>(calloc(1, BUFFER_BYTES));
+  if (!side->pd || !side->buffer) fail("ibv_alloc_pd");
+  side->mr = ibv_reg_mr(side->pd, side->buffer, BUFFER_BYTES,
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                            IBV_ACCESS_REMOTE_ATOMIC);
+  if (!side->mr) fail("ibv_reg_mr");
+  struct ibv_cq_init_attr_ex cq_attr = {};
+  cq_attr.cqe = 16;
+  cq_attr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM;
+  side->cq = ibv_create_cq_ex(side->context, &cq_attr);
+  if (!side->cq) fail("ibv_create_cq_ex");
+  struct ibv_qp_init_attr_ex qp_attr = {};
+  qp_attr.send_cq = ibv_cq_ex_to_cq(side->cq);
+  qp_attr.recv_cq = ibv_cq_ex_to_cq(side->cq);
+  qp_attr.cap.max_send_wr = 16;
+  qp_attr.cap.max_recv_wr = 16;
+  qp_attr.cap.max_send_sge = 1;
+  qp_attr.cap.max_recv_sge = 1;
+  qp_attr.cap.max_inline_data = 64;
+  qp_attr.qp_type = IBV_QPT_RC;
+  qp_attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  qp_attr.pd = side->pd;
+  qp_attr.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND |
+                           IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP;
+  side->qp = ibv_create_qp_ex(side->context, &qp_attr);
+  if (!side->qp) fail("ibv_create_qp_ex");
+  if (ibv_query_gid(side->context, 1, 0, &side->gid)) fail("ibv_query_gid");
+}
+
+static void connect_to(struct side *side, const struct side *peer) {
+  struct ibv_qp_attr attr = {};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  if (ibv_modify_qp(side->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    fail("modify to INIT");
+  memset(&attr, 0, sizeof attr);
+  attr.qp_state = IBV_QPS_RTR;
+  attr.path_mtu = IBV_MTU_1024;
+  attr.dest_qp_num = peer->qp->qp_num;
+  attr.rq_psn = 100;
+  attr.max_dest_rd_atomic = 4;
+  attr.min_rnr_timer = 12;
+  attr.ah_attr.is_global = 1;
+  attr.ah_attr.grh.dgid = peer->gid;
+  attr.ah_attr.grh.hop_limit = 64;
+  attr.ah_attr.port_num = 1;
+  if (ibv_modify_qp(side->qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+    fail("modify to RTR");
+  memset(&attr, 0, sizeof attr);
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = 100;
+  attr.timeout = 14;
+  attr.retry_cnt = 7;
+  attr.rnr_retry = 7;
+  attr.max_rd_atomic = 4;
+  if (ibv_modify_qp(side->qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                         IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
+    fail("modify to RTS");
+}
+
+/* Waits (at most 30 s) for `count` completions on the extended CQ; checks each succeeded. */
+static void expect_completions(struct side *side, int count, const char *what) {
+  time_t give_up = time(NULL) + 30;
+  struct ibv_poll_cq_attr poll_attr = {};
+  int seen = 0;
+  while (seen < count) {
+    if (time(NULL) > give_up) fail(what);
+    if (ibv_start_poll(side->cq, &poll_attr) != 0) continue;
+    do {
+      if (side->cq->status != IBV_WC_SUCCESS) {
+        fprintf(stderr, "wr_api_check: %s: wr_id %llu: %s\n", what, (unsigned long long)side->cq->wr_id,
+                ibv_wc_status_str(side->cq->status));
+        exit(1);
+      }
+      if (ibv_wc_read_qp_num(side->cq) != side->qp->qp_num) fail("completion of another QP");
+      ++seen;
+    } while (seen < count && ibv_next_poll(side->cq) == 0);
+    ibv_end_poll(side->cq);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: wr_api_check DEVICE_A DEVICE_B\n");
+    return 2;
+  }
+  struct side a = {}, b = {};
+  open_side(&a, argv[1]);
+  open_side(&b, argv[2]);
+  connect_to(&a, &b);
+  connect_to(&b, &a);
+  for (int i = 0; i < 4096; ++i) a.buffer[i] = (unsigned char)(i * 7 + 1);
+  for (int i = 0; i < 1024; ++i) b.buffer[4096 + i] = (unsigned char)(255 - i);
+  uint64_t counter = 40, swap_target = 5;
+  memcpy(b.buffer + 6000, &counter, 8);
+  memcpy(b.buffer + 6008, &swap_target, 8);
+
+  struct ibv_sge recv_sge = {(uintptr_t)(b.buffer + 7000), 64, b.mr->lkey};
+  struct ibv_recv_wr recv = {}, *bad_recv;
+  recv.wr_id = 99;
+  recv.sg_list = &recv_sge;
+  recv.num_sge = 1;
+  if (ibv_post_recv(b.qp, &recv, &bad_recv)) fail("ibv_post_recv");
+
+  struct ibv_qp_ex *qpx = ibv_qp_to_qp_ex(a.qp);
+  if (!qpx) fail("ibv_qp_to_qp_ex");
+  uint64_t remote = (uintptr_t)b.buffer;
+  const char message[] = "sent inline through ibv_wr_set_inline_data";
+  ibv_wr_start(qpx);
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  qpx->wr_id = 1;
+  ibv_wr_rdma_write(qpx, b.mr->rkey, remote);
+  ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buffer, 4096);
+  qpx->wr_id = 2;
+  ibv_wr_rdma_read(qpx, b.mr->rkey, remote + 4096);
+  ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)(a.buffer + 4096), 1024);
+  qpx->wr_id = 3;
+  ibv_wr_atomic_fetch_add(qpx, b.mr->rkey, remote + 6000, 2);
+  ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)(a.buffer + 6000), 8);
+  qpx->wr_id = 4;
+  ibv_wr_atomic_cmp_swp(qpx, b.mr->rkey, remote + 6008, 5, 77);
+  ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)(a.buffer + 6008), 8);
+  qpx->wr_id = 5;
+  ibv_wr_send(qpx);
+  ibv_wr_set_inline_data(qpx, (void *)message, sizeof message);
+  if (ibv_wr_complete(qpx)) fail("ibv_wr_complete");
+
+  expect_completions(&a, 5, "A's five requests");
+  expect_completions(&b, 1, "B's receive");
+
+  if (memcmp(b.buffer, a.buffer, 4096) != 0) fail("WRITE: B's memory differs");
+  for (int i = 0; i < 1024; ++i)
+    if (a.buffer[4096 + i] != (unsigned char)(255 - i)) fail("READ: A's memory differs");
+  uint64_t old_counter, old_swap;
+  memcpy(&old_counter, a.buffer + 6000, 8);
+  memcpy(&old_swap, a.buffer + 6008, 8);
+  memcpy(&counter, b.buffer + 6000, 8);
+  memcpy(&swap_target, b.buffer + 6008, 8);
+  if (old_counter != 40 || counter != 42) fail("FETCH_ADD");
+  if (old_swap != 5 || swap_target != 77) fail("CMP_SWAP");
+  if (memcmp(b.buffer + 7000, message, sizeof message) != 0) fail("SEND: B received other bytes");
+
+  ibv_destroy_qp(a.qp);
+  ibv_destroy_qp(b.qp);
+  ibv_destroy_cq(ibv_cq_ex_to_cq(a.cq));
+  ibv_destroy_cq(ibv_cq_ex_to_cq(b.cq));
+  ibv_dereg_mr(a.mr);
+  ibv_dereg_mr(b.mr);
+  ibv_dealloc_pd(a.pd);
+  ibv_dealloc_pd(b.pd);
+  ibv_close_device(a.context);
+  ibv_close_device(b.context);
+  printf("ok: WRITE 4096 B, READ 1024 B, FETCH_ADD, CMP_SWAP, inline SEND through ibv_wr_*\n");
+  return 0;
+}
