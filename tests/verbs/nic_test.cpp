@@ -338,6 +338,75 @@ TEST_CASE("nic: receives come from an SRQ ring, and the limit event fires once p
   CHECK(p.b.user.call(MessageType::ModifySrq, {srq, IBV_SRQ_MAX_WR, 16, 0}).words[0] == EINVAL);
 }
 
+bool eventfd_signalled(int fd) {
+  std::uint64_t count = 0;
+  return ::read(fd, &count, sizeof(count)) == sizeof(count) && count > 0;
+}
+
+TEST_CASE("nic: ibv_req_notify_cq arms: next completion, or solicited ones only") {
+  Pair p;
+  std::vector<std::uint8_t> source(64), target(64);
+  const Registration src = reg_mr(p.a.user, p.da, source, IBV_ACCESS_LOCAL_WRITE);
+  const Registration dst = reg_mr(p.b.user, p.db, target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  auto write = [&](std::uint64_t id) {
+    SendWqe wqe = wqe_for(id, rocev2::WrOpcode::RdmaWrite, source, 8, src.lkey);
+    wqe.remote_addr = reinterpret_cast<std::uintptr_t>(target.data());
+    wqe.rkey = dst.rkey;
+    p.qa->post_send(wqe);
+    exchange(p.a, p.b);
+  };
+  write(1);
+  CHECK_FALSE(eventfd_signalled(p.qa->cq_notify));  // not armed: no event
+
+  p.qa->cq_consumer->arm_notification(kNotifyNext);
+  write(2);
+  CHECK(eventfd_signalled(p.qa->cq_notify));
+  CHECK(p.qa->cq_consumer->notification_armed() == kNotifyNone);
+
+  p.qa->cq_consumer->arm_notification(kNotifySolicited);
+  write(3);  // a successful WRITE completion is not solicited
+  CHECK_FALSE(eventfd_signalled(p.qa->cq_notify));
+  CHECK(p.qa->cq_consumer->notification_armed() == kNotifySolicited);
+  SendWqe bad = wqe_for(4, rocev2::WrOpcode::RdmaWrite, source, 8, src.lkey);
+  bad.opcode = 99;  // an error completion counts as solicited
+  p.qa->post_send(bad);
+  exchange(p.a, p.b);
+  CHECK(eventfd_signalled(p.qa->cq_notify));
+  CHECK(p.qa->poll().size() == 4);
+}
+
+TEST_CASE("nic: resize_cq moves the unpolled CQEs into the new ring, in order") {
+  Pair p;
+  std::vector<std::uint8_t> source(64), target(64);
+  const Registration src = reg_mr(p.a.user, p.da, source, IBV_ACCESS_LOCAL_WRITE);
+  const Registration dst = reg_mr(p.b.user, p.db, target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  auto write = [&](std::uint64_t id) {
+    SendWqe wqe = wqe_for(id, rocev2::WrOpcode::RdmaWrite, source, 8, src.lkey);
+    wqe.remote_addr = reinterpret_cast<std::uintptr_t>(target.data());
+    wqe.rkey = dst.rkey;
+    p.qa->post_send(wqe);
+    exchange(p.a, p.b);
+  };
+  for (std::uint64_t id = 1; id <= 3; ++id) write(id);
+  Cqe first{};
+  REQUIRE(p.qa->cq_consumer->try_pop_value(first) == PopResult::Popped);  // one polled, two left
+  CHECK(first.wr_id == 1);
+
+  ClientRing small = ClientRing::make(1, sizeof(Cqe));
+  CHECK(p.a.call(MessageType::ResizeCq, {p.qa->cq_handle, 1, small.bytes()}, {small.region.fd()}).words[0] ==
+        EINVAL);  // two CQEs do not fit in one entry
+  ClientRing bigger = ClientRing::make(64, sizeof(Cqe));
+  REQUIRE(p.a.call(MessageType::ResizeCq, {p.qa->cq_handle, 64, bigger.bytes()}, {bigger.region.fd()}).words[0] == 0);
+  p.qa->cq = std::move(bigger);
+  p.qa->cq_consumer = std::make_unique<RingConsumer>(p.qa->cq.region.bytes(), p.qa->cq.geometry);
+  write(4);
+  const auto cqes = p.qa->poll();
+  REQUIRE(cqes.size() == 3);
+  CHECK(cqes[0].wr_id == 2);
+  CHECK(cqes[1].wr_id == 3);
+  CHECK(cqes[2].wr_id == 4);
+}
+
 TEST_CASE("nic: refused requests are EINVAL and change nothing") {
   Side side{kIpA, 1};
   const Device d = open_device(side.user);
