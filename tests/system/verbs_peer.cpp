@@ -228,8 +228,10 @@ struct Rnr {
   std::uint8_t rnr_retry = 7;       // 7: retry forever (ibv_modify_qp(3))
 };
 
-// RESET -> INIT -> RTR -> RTS. The helpers of the API for the common case; the RNR cases
-// set the RNR attributes by hand (ibv_modify_qp(3): min_rnr_timer at RTR, rnr_retry at RTS).
+// RESET -> INIT -> RTR -> RTS. The helpers of the API for the common case; an RC QP whose
+// RNR attributes (the RNR cases) or ACK timeout (--ack-timeout) differ from the helpers'
+// is moved by hand (ibv_modify_qp(3): min_rnr_timer at RTR; timeout, retry_cnt and
+// rnr_retry at RTS), with the helpers' other values.
 void connect(const Peer& peer, Link& link, const v::Endpoint& remote, Transport transport, std::uint32_t remote_access,
              std::optional<Rnr> rnr = std::nullopt) {
   if (transport == Transport::Uc) remote_access &= v::access::kRemoteWrite;  // UC: no READ, no atomics
@@ -238,28 +240,29 @@ void connect(const Peer& peer, Link& link, const v::Endpoint& remote, Transport 
   } else {
     link.qp.to_init(remote_access);
   }
-  if (!rnr) {
+  if (transport != Transport::Rc || (!rnr && !peer.options.ack_timeout)) {
     link.qp.to_rtr(remote);
     link.qp.to_rts();
     return;
   }
+  const Rnr rnr_attributes = rnr.value_or(Rnr{});
   v::QpAttributes rtr;
   rtr.state = v::QpState::Rtr;
   rtr.path_mtu = peer.active_mtu;
   rtr.dest_qp_num = remote.qpn;
   rtr.rq_psn = remote.psn;
-  rtr.max_dest_rd_atomic = 1;
-  rtr.min_rnr_timer = rnr->min_rnr_timer;
+  rtr.max_dest_rd_atomic = 16;
+  rtr.min_rnr_timer = rnr_attributes.min_rnr_timer;
   rtr.dgid = remote.gid;
   link.qp.modify(rtr, v::qp_attr::kState | v::qp_attr::kAv | v::qp_attr::kPathMtu | v::qp_attr::kDestQpn |
                           v::qp_attr::kRqPsn | v::qp_attr::kMaxDestRdAtomic | v::qp_attr::kMinRnrTimer);
   v::QpAttributes rts;
   rts.state = v::QpState::Rts;
   rts.sq_psn = link.local.psn;
-  rts.timeout = 14;
+  rts.timeout = peer.options.ack_timeout.value_or(14);  // 4.096 us * 2^timeout; 14: ~67 ms
   rts.retry_cnt = 7;
-  rts.rnr_retry = rnr->rnr_retry;
-  rts.max_rd_atomic = 1;
+  rts.rnr_retry = rnr_attributes.rnr_retry;
+  rts.max_rd_atomic = 16;
   link.qp.modify(rts, v::qp_attr::kState | v::qp_attr::kSqPsn | v::qp_attr::kTimeout | v::qp_attr::kRetryCnt |
                           v::qp_attr::kRnrRetry | v::qp_attr::kMaxQpRdAtomic);
 }

@@ -245,6 +245,7 @@ std::string usage() {
   std::string out =
       "usage: rrdma_verbs_peer --dev VNIC (--server | --connect IP) [--port N] [--case LIST]\n"
       "                        [--sizes LIST] [--seed N] [--sges N] [--timeout SECONDS] [--hold]\n"
+      "                        [--ack-timeout N]\n"
       "                        [--isolation owner|intruder --keys-file FILE] [--list]\n"
       "  both peers run the same --case list (comma-separated; 'all' = every data case,\n"
       "  'errors' = every error case) and print one line per case: NAME SIZE RESULT\n"
@@ -316,6 +317,11 @@ std::variant<Options, std::string> parse_options(std::span<const std::string_vie
       const auto n = v ? parse_number(*v) : std::nullopt;
       if (!n || *n < 1 || *n > 3600) return std::string("--timeout wants 1..3600 seconds");
       options.timeout = std::chrono::seconds(*n);
+    } else if (arg == "--ack-timeout") {
+      const auto v = value();
+      const auto n = v ? parse_number(*v) : std::nullopt;
+      if (!n || *n < 1 || *n > 31) return std::string("--ack-timeout wants 1..31 (4.096 us * 2^n)");
+      options.ack_timeout = static_cast<std::uint8_t>(*n);
     } else if (arg == "--hold") {
       options.hold = true;
     } else if (arg == "--keys-file") {

@@ -87,6 +87,8 @@ struct Options {
   std::size_t sges = 3;
   bool hold = false;                    // transfer in a loop until killed (kill -9 test)
   std::chrono::seconds timeout{60};     // per completion / side-channel wait
+  // RC ACK timeout exponent (IBA 9.7.6.1.3: 4.096 us * 2^n); unset: the API's default (14).
+  std::optional<std::uint8_t> ack_timeout;
   std::string keys_file;                // isolation: where the owner writes its keys
   std::string isolation_role;           // "owner" or "intruder" (with keys_file)
 };

@@ -122,6 +122,11 @@ TEST_CASE("options: a server and a client with cases and sizes") {
   CHECK(c.seed == 16);
   CHECK(c.cases.size() == data_cases().size());
   CHECK(c.sizes == kDefaultSizes);
+  CHECK_FALSE(c.ack_timeout.has_value());
+
+  auto tuned = parse({"--server", "--dev", "v", "--case", "rc_read", "--ack-timeout", "18"});
+  REQUIRE(std::holds_alternative<Options>(tuned));
+  CHECK(std::get<Options>(tuned).ack_timeout == std::optional<std::uint8_t>(18));
 }
 
 TEST_CASE("options: --hold and --isolation need no case list") {
@@ -142,6 +147,7 @@ TEST_CASE("options: each mistake is refused with a reason") {
   CHECK(error_of({"--server", "--dev", "v", "--hold", "--case", "rc_send"}).find("no --case") != std::string::npos);
   CHECK(error_of({"--server", "--dev", "v", "--isolation", "owner"}).find("together") != std::string::npos);
   CHECK(error_of({"--server", "--dev"}).find("needs a value") != std::string::npos);
+  CHECK(error_of({"--server", "--dev", "v", "--case", "rc_send", "--ack-timeout", "32"}).find("1..31") != std::string::npos);
   CHECK(error_of({"--server", "--dev", "v", "--case", "rc_send", "--bogus"}).find("--bogus") != std::string::npos);
 }
 
