@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/capture.h"
 #include "cli/exec.h"
 #include "vnic/config.h"
 #include "vnic/daemon.h"
@@ -126,6 +127,8 @@ int main(int argc, char** argv) {
 
   rrdma::cli::ExecCommands exec_commands;
   rrdma::cli::add_exec_commands(app, exec_commands);
+  rrdma::cli::CaptureCommand capture_command;
+  rrdma::cli::add_capture_command(app, capture_command);
 
   try {
     app.parse(argc, argv);
@@ -142,6 +145,7 @@ int main(int argc, char** argv) {
   if (list->parsed()) return run_list(json);
   if (status->parsed()) return run_query(name, "status", json);
   if (stats->parsed()) return run_query(name, "stats", json);
+  if (capture_command.app->parsed()) return rrdma::cli::run_capture(capture_command);
   if (exec_commands.exec->parsed()) return rrdma::cli::run_exec(exec_commands);
   if (exec_commands.env->parsed()) return rrdma::cli::run_env(exec_commands);
   return 1;

@@ -145,6 +145,10 @@ bool ControlServer::serve_admin(int fd) {
   ++counters_.admin_requests;
   const auto peer = clients_[fd].peer;
   log_request(peer, std::string_view(buffer.data(), std::min<std::size_t>(static_cast<std::size_t>(received), buffer.size())));
+  if (static_cast<std::size_t>(received) <= buffer.size() &&
+      hand_over_stream(fd, std::string_view(buffer.data(), static_cast<std::size_t>(received)))) {
+    return false;
+  }
   const nlohmann::json reply =
       static_cast<std::size_t>(received) > buffer.size()
           ? error_reply("request larger than " + std::to_string(kMaxControlMessage) + " bytes")
@@ -177,6 +181,25 @@ bool ControlServer::serve_verbs(int fd) {
     drop(fd);
     return false;
   }
+  return true;
+}
+
+void ControlServer::add_stream_command(std::string cmd, StreamHandler take) {
+  stream_commands_[std::move(cmd)] = std::move(take);
+}
+
+// True when the request was a stream command: the connection is no longer ours.
+bool ControlServer::hand_over_stream(int fd, std::string_view message) {
+  if (stream_commands_.empty() || clients_[fd].verbs_client) return false;
+  const auto request = nlohmann::json::parse(message, nullptr, /*allow_exceptions=*/false);
+  if (!request.is_object()) return false;
+  const auto cmd = request.find("cmd");
+  if (cmd == request.end() || !cmd->is_string()) return false;
+  const auto stream = stream_commands_.find(cmd->get_ref<const std::string&>());
+  if (stream == stream_commands_.end()) return false;
+  loop_.unwatch(fd);
+  clients_.erase(fd);
+  stream->second(request, fd);
   return true;
 }
 

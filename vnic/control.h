@@ -71,6 +71,12 @@ class ControlServer {
   std::uint64_t requests() const { return requests_; }
   const ControlServerCounters& counters() const { return counters_; }
 
+  // An admin request {"cmd": cmd, ...} that turns its connection into a stream (capture,
+  // trace): the server stops watching the connection and hands its fd to `take`, which
+  // owns it from then on (replies, watches, closes it).
+  using StreamHandler = std::function<void(const nlohmann::json& request, int fd)>;
+  void add_stream_command(std::string cmd, StreamHandler take);
+
  private:
   struct Connection {
     PeerCredentials peer;
@@ -82,6 +88,7 @@ class ControlServer {
   void serve(int fd);
   bool serve_admin(int fd);
   bool serve_verbs(int fd);
+  bool hand_over_stream(int fd, std::string_view message);
   void drop(int fd);
 
   std::filesystem::path path_;
@@ -90,6 +97,7 @@ class ControlServer {
   std::optional<VerbsHooks> verbs_;
   int listen_fd_ = -1;
   std::map<int, Connection> clients_;
+  std::map<std::string, StreamHandler, std::less<>> stream_commands_;
   std::uint64_t next_client_id_ = 1;
   std::uint64_t requests_ = 0;
   ControlServerCounters counters_;

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "stack/interface.h"
+#include "vnic/capture.h"
 #include "vnic/control.h"
 #include "vnic/event_loop.h"
 #include "vnic/link.h"
@@ -136,8 +137,10 @@ class TapSink : public stack::FrameSink {
     loop_ = &loop;
     tap_fd_ = tap_fd;
   }
+  void show_frames_to(FrameCapture& capture) { capture_ = &capture; }
   void transmit(ByteSpan frame) override {
     if (loop_ == nullptr) return;
+    capture_->on_frame(frame, FrameDirection::Sent);
     if (loop_->free_transmit_slots() > 0) {
       loop_->transmit(frame);
       return;
@@ -155,6 +158,7 @@ class TapSink : public stack::FrameSink {
 
  private:
   EventLoop* loop_ = nullptr;
+  FrameCapture* capture_ = nullptr;  // set with loop_
   int tap_fd_ = -1;
   std::uint64_t direct_writes_ = 0;
   std::uint64_t direct_write_errors_ = 0;
@@ -217,6 +221,7 @@ class Daemon {
   int bridge_ifindex_ = 0;
   std::optional<TapDevice> tap_;
   std::optional<EventLoop> loop_;
+  std::optional<FrameCapture> capture_;  // `rrdma-vnic capture` (vnic/capture.h)
   TapSink sink_;
   std::optional<stack::Interface> interface_;
   LoopWatcher watcher_;
@@ -306,6 +311,8 @@ void Daemon::start_loop() {
   loop_config.frame_buffer_size = frame_buffer_size(config_.mtu);
   loop_config.rx_buffers = kReceiveBuffers;
   loop_.emplace(loop_config);
+  capture_.emplace(*loop_, [this] { return frame_totals(interface_->counters()); });
+  sink_.show_frames_to(*capture_);
   sink_.attach(*loop_, tap_->fd());
   stack::InterfaceConfig stack_config;
   stack_config.mac = config_.mac;
@@ -315,6 +322,7 @@ void Daemon::start_loop() {
   stack_config.mtu = config_.mtu;
   interface_.emplace(stack_config, sink_);
   loop_->attach_frame_device(tap_->fd(), [this](ByteSpan frame, Instant now) {
+    capture_->on_frame(frame, FrameDirection::Received);
     interface_->receive_frame(frame, now);
   });
   loop_->add_timer_source([this](Instant now) { return interface_->poll(now); });
@@ -351,6 +359,7 @@ void Daemon::start_control() {
       paths_.socket, *loop_,
       [this](const nlohmann::json& request, const PeerCredentials& peer) { return handle(request, peer); },
       std::move(hooks), resolve_group(config_.group));
+  control_->add_stream_command("capture", [this](const nlohmann::json& request, int fd) { capture_->start(fd, request); });
 }
 
 void Daemon::watch_signals() {
@@ -384,6 +393,7 @@ nlohmann::json Daemon::handle(const nlohmann::json& request, const PeerCredentia
     add_layer(stats, "engine", named(nic_->engine_counters()));
     add_layer(stats, "verbs", named(nic_->counters()));
     add_layer(stats, "dma", named(nic_->dma_counters()));
+    add_layer(stats, "capture", named(capture_->counters()));
     return stats;
   }
   if (cmd == "down") {
@@ -415,6 +425,7 @@ void Daemon::tear_down() {
     nic_.reset();
     roce_.reset();
     interface_.reset();
+    capture_.reset();
     loop_.reset();
     tap_.reset();
     if (links_.find(config_.name)) {
