@@ -1,5 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <thread>
 
 #include "tests/vnic/temp_run_dir.h"
@@ -84,4 +90,74 @@ TEST_CASE("control client: nothing listening is a clean error", "[vnic][control]
   std::string error;
   CHECK_FALSE(ControlClient::connect(dir.path() / "nobody.sock", error));
   CHECK_FALSE(error.empty());
+}
+
+TEST_CASE("control server: verbs frames reach the verbs hooks with their fds; a bad frame ends the client",
+          "[vnic][control]") {
+  namespace vc = verbs::control;
+  test::TempRunDir dir;
+  const auto path = dir.path() / "rv1.sock";
+  EventLoop loop(EventLoopConfig{});
+  std::vector<std::uint64_t> connected, disconnected;
+  std::vector<std::size_t> fds_seen;
+  VerbsHooks hooks;
+  hooks.connected = [&](std::uint64_t client, const PeerCredentials& peer) {
+    connected.push_back(client);
+    CHECK(peer.pid == ::getpid());
+  };
+  hooks.disconnected = [&](std::uint64_t client) {
+    disconnected.push_back(client);
+    loop.stop();
+  };
+  hooks.request = [&](std::uint64_t, const vc::Message& request, vc::ReceivedFds& fds) {
+    fds_seen.push_back(fds.size());
+    vc::Message reply = vc::make_reply(request.type(), request.request_id, 0);
+    reply.words[vc::field::kContextHandle] = 77;
+    return reply;
+  };
+  ControlServer server(path, loop, echo_cmd, std::move(hooks));
+
+  json admin_reply;
+  vc::Message verbs_reply;
+  bool closed_after_garbage = false;
+  std::thread client_thread([&] {
+    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) return;
+    const std::string text = R"({"cmd":"status"})";
+    ::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
+    char buffer[512] = {};
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    admin_reply = json::parse(std::string_view(buffer, n > 0 ? static_cast<std::size_t>(n) : 0), nullptr, false);
+    const int a = ::eventfd(0, EFD_CLOEXEC);
+    const int b = ::eventfd(0, EFD_CLOEXEC);
+    const int pair[2] = {a, b};
+    vc::send_message(fd, vc::make_request(vc::MessageType::OpenDevice, 9), pair);
+    ::close(a);
+    ::close(b);
+    vc::Received received;
+    do {
+      received = vc::receive_message(fd);
+    } while (received.error == vc::IoError::WouldBlock);
+    verbs_reply = received.message;
+    const std::uint8_t garbage[20] = {0x89, 'R', 'V', 'C', 0, 1, 0, 1};
+    ::send(fd, garbage, sizeof(garbage), MSG_NOSIGNAL);
+    closed_after_garbage = ::recv(fd, buffer, sizeof(buffer), 0) == 0;
+    ::close(fd);
+  });
+  loop.run();
+  client_thread.join();
+  CHECK(admin_reply == json{{"cmd", "status"}, {"uid", ::getuid()}});
+  CHECK(verbs_reply.wire_type == vc::reply_type(vc::MessageType::OpenDevice));
+  CHECK(verbs_reply.request_id == 9);
+  CHECK(verbs_reply.words.at(vc::field::kContextHandle) == 77);
+  CHECK(fds_seen == std::vector<std::size_t>{2});
+  CHECK(closed_after_garbage);
+  REQUIRE(connected.size() == 1);
+  CHECK(disconnected == connected);
+  CHECK(server.counters().verbs_requests == 1);
+  CHECK(server.counters().verbs_bad_frames == 1);
+  CHECK(server.counters().admin_requests == 1);
 }
