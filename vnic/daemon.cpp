@@ -2,6 +2,10 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <sys/socket.h>
 #include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
@@ -204,6 +208,8 @@ class Daemon {
   void create_tap();
   void start_loop();
   void start_nic();
+  void watch_link();
+  void on_link_messages(Instant now);
   void start_control();
   void watch_signals();
   void record_changes();
@@ -227,6 +233,8 @@ class Daemon {
   LoopWatcher watcher_;
   std::optional<RocePort> roce_;
   std::optional<verbs::Nic> nic_;
+  int tap_ifindex_ = 0;
+  int link_monitor_fd_ = -1;
   int signal_fd_ = -1;
   std::optional<ControlServer> control_;
 };
@@ -242,6 +250,7 @@ Daemon::Daemon(const VnicConfig& config, PidFileLock lock, std::vector<std::stri
     create_tap();
     start_loop();
     start_nic();
+    watch_link();
     watch_signals();
     start_control();
     lock_.write_pid(::getpid());
@@ -345,6 +354,41 @@ void Daemon::start_nic() {
   });
 }
 
+// The TAP's state becomes the port's (IBV_EVENT_PORT_ACTIVE / PORT_ERR, query_port): the
+// kernel's RTM_NEWLINK notifications of our ifindex, read from a NETLINK_ROUTE socket in
+// the loop. Up means administratively up with carrier (IFF_UP and IFF_RUNNING).
+void Daemon::watch_link() {
+  const auto tap = links_.find(config_.name);
+  if (!tap) return;
+  tap_ifindex_ = tap->ifindex;
+  link_monitor_fd_ = ::socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (link_monitor_fd_ < 0) throw std::system_error(errno, std::generic_category(), "netlink socket");
+  sockaddr_nl address{};
+  address.nl_family = AF_NETLINK;
+  address.nl_groups = RTMGRP_LINK;
+  if (::bind(link_monitor_fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    throw std::system_error(errno, std::generic_category(), "netlink bind");
+  }
+  loop_->watch(link_monitor_fd_, [this](Instant now) { on_link_messages(now); });
+}
+
+void Daemon::on_link_messages(Instant now) {
+  alignas(nlmsghdr) char buffer[16384];
+  for (;;) {
+    const ssize_t received = ::recv(link_monitor_fd_, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (received <= 0) return;  // EAGAIN: drained (ENOBUFS: overrun; the next message tells)
+    auto length = static_cast<unsigned>(received);
+    for (auto* message = reinterpret_cast<nlmsghdr*>(buffer); NLMSG_OK(message, length);
+         message = NLMSG_NEXT(message, length)) {
+      if (message->nlmsg_type != RTM_NEWLINK || message->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) continue;
+      const auto* info = static_cast<const ifinfomsg*>(NLMSG_DATA(message));
+      if (info->ifi_index != tap_ifindex_) continue;
+      const bool up = (info->ifi_flags & IFF_UP) != 0 && (info->ifi_flags & IFF_RUNNING) != 0;
+      nic_->set_link(up, now);
+    }
+  }
+}
+
 void Daemon::start_control() {
   VerbsHooks hooks;
   hooks.connected = [this](std::uint64_t client, const PeerCredentials& peer) {
@@ -422,6 +466,10 @@ void Daemon::tear_down() {
   try {
     control_.reset();  // disconnects every verbs client: the Nic tears their resources down
     if (signal_fd_ >= 0) ::close(std::exchange(signal_fd_, -1));
+    if (link_monitor_fd_ >= 0) {
+      if (loop_) loop_->unwatch(link_monitor_fd_);
+      ::close(std::exchange(link_monitor_fd_, -1));
+    }
     nic_.reset();
     roce_.reset();
     interface_.reset();

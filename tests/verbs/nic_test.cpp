@@ -407,6 +407,22 @@ TEST_CASE("nic: resize_cq moves the unpolled CQEs into the new ring, in order") 
   CHECK(cqes[2].wr_id == 4);
 }
 
+TEST_CASE("nic: the link going down and up is PORT_ERR / PORT_ACTIVE and the port's state") {
+  Side side{kIpA, 1};
+  const Device d = open_device(side.user);
+  side.nic.set_link(false, kNow);
+  CHECK(side.call(MessageType::QueryPort, {d.context, 1}).words[field::kState] == IBV_PORT_DOWN);
+  side.nic.set_link(false, kNow);  // no change, no event
+  side.nic.set_link(true, kNow);
+  CHECK(side.call(MessageType::QueryPort, {d.context, 1}).words[field::kState] == IBV_PORT_ACTIVE);
+  const auto events = events_of(d);
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].event_type == IBV_EVENT_PORT_ERR);
+  CHECK(events[0].element == 1);
+  CHECK(events[1].event_type == IBV_EVENT_PORT_ACTIVE);
+  CHECK(eventfd_signalled(d.event_fd));
+}
+
 TEST_CASE("nic: refused requests are EINVAL and change nothing") {
   Side side{kIpA, 1};
   const Device d = open_device(side.user);
