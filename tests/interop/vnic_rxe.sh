@@ -180,8 +180,11 @@ vm_clients() {
   local server_pid server_rc client_status out
   for i in "${!NAMES[@]}"; do
     out=$TMPD/vnic-server.$phase.${NAMES[$i]}
+    # Not through on_vnic: a function in the background is a subshell, and $! would name
+    # it; here $! is timeout (ip netns exec execs it), which passes a SIGTERM on.
     # shellcheck disable=SC2086
-    on_vnic "$dev" ${ARGS[$i]} -d "$dev" "$(gid_flag "${ARGS[$i]}")" 0 -p "$(( port_base + i ))" >"$out" 2>&1 &
+    ip netns exec "$NS" timeout "$CASE_TIMEOUT" "$RRDMA_VNIC" exec --dev "$dev" -- \
+      ${ARGS[$i]} -d "$dev" "$(gid_flag "${ARGS[$i]}")" 0 -p "$(( port_base + i ))" >"$out" 2>&1 &
     server_pid=$!
     BACKGROUND_PIDS+=("$server_pid")
     # The guest's client connects as soon as the server listens (it may be done before we
