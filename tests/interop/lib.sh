@@ -134,12 +134,18 @@ expect_capture_checked() {
   cat "$TMPD/capture_check.out"
 }
 
-# save_artifacts TEST FILES...: copies FILES to $RRDMA_INTEROP_ARTIFACTS/TEST/.
+# save_artifacts TEST FILES...: copies FILES to $RRDMA_INTEROP_ARTIFACTS/TEST/, which the
+# first call of a run empties (what an earlier run left would mislead).
+ARTIFACTS_EMPTIED=0
 save_artifacts() {
   local test=$1
   shift
   [[ -n "${RRDMA_INTEROP_ARTIFACTS:-}" ]] || return 0
   local dest=$RRDMA_INTEROP_ARTIFACTS/$test
+  if (( ! ARTIFACTS_EMPTIED )); then
+    rm -rf -- "$dest"
+    ARTIFACTS_EMPTIED=1
+  fi
   mkdir -p "$dest" || return 0
   cp "$@" "$dest/" 2>/dev/null
   log "artifacts in $dest"

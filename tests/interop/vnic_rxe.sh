@@ -11,8 +11,8 @@
 # Phases: plain (every program; the vnic on a 1500-byte link must use 1024-byte packets,
 # as rxe does), loss (nftables drops 5% of the RoCE frames the bridge forwards: go-back-N
 # against go-back-N), jumbo (a second vnic on a 9000-byte link against rxe on 1500: still
-# 1024). Every case must exit 0 on both sides. tshark captures the bridge throughout: every
-# frame must decode in Wireshark as RRoCE with nothing malformed in the RoCE layers, and
+# 1024), jumbo4096 (that vnic against rxe on 9000 too: 4096). Every case must exit 0 on
+# both sides. tshark captures the bridge, one file per phase: every frame must decode in Wireshark as RRoCE with nothing malformed in the RoCE layers, and
 # our own parser and ICRC (rrdma_capture_check) must accept every frame of all senders,
 # each with the UDP source port our encap would choose.
 # Prints a table (phase and direction, case, result). Capture and outputs go to the
@@ -58,6 +58,12 @@ JUMBO_CASES=(
   "write_bw|ib_write_bw -n 200 -s 8192"
   "rc_s8000|ibv_rc_pingpong -n 20 -s 8000"
 )
+# ibv_rc_pingpong's path MTU is its -m (default 1024), perftest's the smaller active MTU.
+JUMBO4096_CASES=(
+  "write_bw|ib_write_bw -n 100 -s 65536"
+  "read_bw|ib_read_bw -n 100 -s 65536 -o 16"
+  "rc_s20000|ibv_rc_pingpong -n 20 -s 20000 -m 4096"
+)
 readonly CASE_TIMEOUT=180 LOSS_PERCENT=5
 
 require_interop
@@ -79,7 +85,8 @@ make_bridge "$BRIDGE"
 # bridge; their RDMA goes through the vnics.
 make_peer "$NS" "$BRIDGE" "${PREFIX}h" "${PREFIX}n" "$NS_IP/24"
 vnic_up "$VNIC" --ip "$VNIC_IP/24" --mac "$(mac_for 1)" --bridge "$BRIDGE"
-start_capture "$BRIDGE" "$TMPD/vnic_rxe.pcapng"
+# The MTU of the VMs' eth0 and TAP; empty: 1500.
+VM_MTU=""
 
 # gid_flag PROGRAM: ibv_*_pingpong take the GID index with -g, perftest with -x.
 gid_flag() { [[ "$1" == ibv_* ]] && echo -g || echo -x; }
@@ -132,7 +139,7 @@ vm_servers() {
     script+="rrdma-serve ${NAMES[$i]} $(( port_base + i )) ${ARGS[$i]} $(gid_flag "${ARGS[$i]}") \$RRDMA_GID_INDEX -p $(( port_base + i )); "
   done
   peer start "$vm" --netns "$HOST_NS" --bridge "$BRIDGE" --tap "${PREFIX}s" --ip "$VM_IP/24" --mac "$VM_MAC" \
-    --timeout 600 -- "$script" || fail "server VM did not start: $(cat "$TMPD/$vm.err")"
+    ${VM_MTU:+--mtu "$VM_MTU"} --timeout 600 -- "$script" || fail "server VM did not start: $(cat "$TMPD/$vm.err")"
   local client_rc server_status out stuck=0
   for i in "${!NAMES[@]}"; do
     out=$TMPD/vnic-client.$phase.${NAMES[$i]}
@@ -176,7 +183,7 @@ vm_clients() {
     script+="rrdma-connect ${NAMES[$i]} 60 ${ARGS[$i]} $(gid_flag "${ARGS[$i]}") \$RRDMA_GID_INDEX -p $(( port_base + i )) $NS_IP; "
   done
   peer start "$vm" --netns "$HOST_NS" --bridge "$BRIDGE" --tap "${PREFIX}c" --ip "$VM_IP/24" --mac "$VM_MAC" \
-    --timeout 600 -- "$script" || fail "client VM did not start: $(cat "$TMPD/$vm.err")"
+    ${VM_MTU:+--mtu "$VM_MTU"} --timeout 600 -- "$script" || fail "client VM did not start: $(cat "$TMPD/$vm.err")"
   local server_pid server_rc client_status out
   for i in "${!NAMES[@]}"; do
     out=$TMPD/vnic-server.$phase.${NAMES[$i]}
@@ -206,11 +213,32 @@ vm_clients() {
 # ---------------------------------------------------------------------------------------
 # Phases
 
-phase() {  # phase NAME DEV PORT_BASE CASE...: both directions
+phase() {  # phase NAME DEV PORT_BASE CASE...: both directions, captured in $TMPD/NAME.pcapng
   local started=$SECONDS
+  start_capture "$BRIDGE" "$TMPD/$1.pcapng"
   vm_servers "$@"
   vm_clients "$1" "$2" $(( $3 + 50 )) "${@:4}"
+  stop_capture
   log "phase $1 done in $(( SECONDS - started ))s"
+}
+
+# check_capture PHASE VNIC_IP PAYLOAD: the phase's capture passes Wireshark and our checker
+# (--check-udp-ports: both ends of every connection chose the port our encap computes for
+# the QP pair, and every UD sender its QPN's port: rxe and we hash alike); both senders
+# sent full packets of PAYLOAD bytes (every phase has messages of many packets), no more.
+check_capture() {
+  local capture=$TMPD/$1.pcapng source max
+  ran "$1" || return 0
+  log "--- capture of phase $1"
+  expect_wireshark_clean "$capture"
+  expect_capture_checked "$capture" --check-udp-ports --expect-source "$VM_IP" --expect-source "$2"
+  cp "$TMPD/capture_check.out" "$TMPD/capture_check.$1"
+  # A selection of cases may have no message longer than a packet.
+  [[ -z "${RRDMA_INTEROP_CASES:-}" ]] || return 0
+  for source in "$VM_IP" "$2"; do
+    max=$(sed -n "s/^source $source .* max_payload \([0-9]*\) .*/\1/p" "$TMPD/capture_check.out")
+    expect_eq "$max" "$3" "phase $1: the largest payload $source sent"
+  done
 }
 
 # expect_active_mtu FILE WHO: `ibv_devinfo -v` in FILE shows an active MTU of 1024.
@@ -252,32 +280,24 @@ fi
 # the jumbo vnic gets through only if both ends really use 1024-byte packets.
 vnic_up "$JUMBO_VNIC" --ip "$JUMBO_IP/24" --mac "$(mac_for 2)" --bridge "$BRIDGE" --mtu 9000
 phase jumbo "$JUMBO_VNIC" 19400 "${JUMBO_CASES[@]}"
-stop_capture
+VM_MTU=9000
+phase jumbo4096 "$JUMBO_VNIC" 19600 "${JUMBO4096_CASES[@]}"
 
-log "--- vnics $VNIC_IP (MTU 1500) and $JUMBO_IP (MTU 9000) against rxe $VM_IP (MTU 1500)"
+log "--- vnics $VNIC_IP (MTU 1500) and $JUMBO_IP (MTU 9000) against rxe $VM_IP (MTU 1500, then 9000)"
 printf '%s\n' "${ROWS[@]}"
 for vm in "$TMPD"/*-servers "$TMPD"/*-clients; do
   [[ -d "$vm" ]] || continue
   cp "$TMPD/$(basename "$vm").out" "$TMPD/rxe-$(basename "$vm").out" 2>/dev/null
   cp "$vm/console.log" "$TMPD/rxe-$(basename "$vm").console" 2>/dev/null
 done
-# Compressed: tens of MB of mostly repeated payload bytes (tshark reads .pcapng.gz).
-gzip -1 -c "$TMPD/vnic_rxe.pcapng" >"$TMPD/vnic_rxe.pcapng.gz"
-save_artifacts vnic_rxe "$TMPD/vnic_rxe.pcapng.gz" "$TMPD"/rxe-*.* "$TMPD"/vnic-*
-expect_wireshark_clean "$TMPD/vnic_rxe.pcapng"
-# --check-udp-ports: both ends of every connection chose the port our encap computes for
-# the QP pair, and every UD sender its QPN's port: rxe and we hash alike.
-SENDERS=("$VM_IP")
-if ran plain || ran loss; then SENDERS+=("$VNIC_IP"); fi
-if ran jumbo; then SENDERS+=("$JUMBO_IP"); fi
-checker_args=(--check-udp-ports)
-for source in "${SENDERS[@]}"; do checker_args+=(--expect-source "$source"); done
-expect_capture_checked "$TMPD/vnic_rxe.pcapng" "${checker_args[@]}"
-# Full-size packets went both ways (messages of many packets in every phase): at most 1024
-# bytes each. (Not with a selection of cases: it may have no message longer than a packet.)
-[[ -z "${RRDMA_INTEROP_CASES:-}" ]] || SENDERS=()
-for source in "${SENDERS[@]}"; do
-  max=$(sed -n "s/^source $source .* max_payload \([0-9]*\) .*/\1/p" "$TMPD/capture_check.out")
-  expect_eq "$max" 1024 "the largest payload $source sent"
+# Compressed: megabytes of mostly repeated payload bytes (tshark reads .pcapng.gz).
+for capture in "$TMPD"/*.pcapng; do
+  gzip -1 -c "$capture" >"$capture.gz"
 done
+save_artifacts vnic_rxe "$TMPD"/*.pcapng.gz "$TMPD"/rxe-*.* "$TMPD"/vnic-*
+check_capture plain "$VNIC_IP" 1024
+check_capture loss "$VNIC_IP" 1024
+check_capture jumbo "$JUMBO_IP" 1024
+check_capture jumbo4096 "$JUMBO_IP" 4096
+save_artifacts vnic_rxe "$TMPD"/capture_check.*
 finish_cases
