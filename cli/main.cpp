@@ -8,6 +8,8 @@
 
 #include "cli/capture.h"
 #include "cli/exec.h"
+#include "cli/stats.h"
+#include "cli/trace.h"
 #include "vnic/config.h"
 #include "vnic/daemon.h"
 #include "vnic/report.h"
@@ -120,15 +122,15 @@ int main(int argc, char** argv) {
   status->add_option("name", name, "The vnic's name")->required();
   status->add_flag("--json", json, "Print the daemon's JSON reply");
 
-  auto* stats = app.add_subcommand("stats", "Counters by layer: ethernet, arp, ipv4, icmp, udp, daemon");
-  stats->footer("Examples:\n  rrdma-vnic stats rv0\n  rrdma-vnic stats rv0 --json");
-  stats->add_option("name", name, "The vnic's name")->required();
-  stats->add_flag("--json", json, "Print the daemon's JSON reply");
+  rrdma::cli::StatsCommand stats_command;
+  rrdma::cli::add_stats_command(app, stats_command);
 
   rrdma::cli::ExecCommands exec_commands;
   rrdma::cli::add_exec_commands(app, exec_commands);
   rrdma::cli::CaptureCommand capture_command;
   rrdma::cli::add_capture_command(app, capture_command);
+  rrdma::cli::TraceCommand trace_command;
+  rrdma::cli::add_trace_command(app, trace_command);
 
   try {
     app.parse(argc, argv);
@@ -144,7 +146,8 @@ int main(int argc, char** argv) {
   if (down->parsed()) return finish(rrdma::vnic::stop_vnic(name));
   if (list->parsed()) return run_list(json);
   if (status->parsed()) return run_query(name, "status", json);
-  if (stats->parsed()) return run_query(name, "stats", json);
+  if (stats_command.app->parsed()) return rrdma::cli::run_stats(stats_command);
+  if (trace_command.app->parsed()) return rrdma::cli::run_trace(trace_command);
   if (capture_command.app->parsed()) return rrdma::cli::run_capture(capture_command);
   if (exec_commands.exec->parsed()) return rrdma::cli::run_exec(exec_commands);
   if (exec_commands.env->parsed()) return rrdma::cli::run_env(exec_commands);

@@ -118,6 +118,9 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   const NicCounters& counters() const { return counters_; }
   const rocev2::EngineCounters& engine_counters() const { return engine_.counters(); }
   const DmaCounters& dma_counters() const { return dma_.counters(); }
+  // A second observer of the engine (`rrdma-vnic stats` and `trace`, vnic/telemetry.h):
+  // every call is passed on. nullptr for none.
+  void set_engine_observer(rocev2::EngineObserver* observer) { extra_observer_ = observer; }
   std::size_t registrations() const { return mrs_.size(); }
 
   class RingReceiveQueue;
@@ -137,6 +140,13 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   // rocev2::EngineObserver
   void on_state_change(rocev2::Qpn qpn, rocev2::QpState from, rocev2::QpState to,
                        std::string_view cause) override;
+  void on_packet(rocev2::Qpn qpn, const rocev2::Bth& bth, rocev2::PacketDecision decision,
+                 std::string_view detail) override {
+    if (extra_observer_ != nullptr) extra_observer_->on_packet(qpn, bth, decision, detail);
+  }
+  void on_completion(const rocev2::Completion& cqe) override {
+    if (extra_observer_ != nullptr) extra_observer_->on_completion(cqe);
+  }
 
   // nic.cpp: the control requests
   control::Message dispatch(std::uint64_t client, const control::Message& request,
@@ -212,6 +222,7 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   bool work_left_ = false;          // settle() stopped at its budget
 
   NicCounters counters_;
+  rocev2::EngineObserver* extra_observer_ = nullptr;
 };
 
 }  // namespace rrdma::verbs

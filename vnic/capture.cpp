@@ -109,10 +109,13 @@ void FrameCapture::start(int fd, const nlohmann::json& request) {
   session_fd_ = fd;
   at_start_ = totals_();
   session_forwarded_ = session_dropped_ = session_seen_received_ = session_seen_sent_ = 0;
+  update_watching();
   loop_.watch(fd, [this](Instant) { on_client_message(); });
 }
 
 void FrameCapture::forward(ByteSpan frame, FrameDirection direction) {
+  if (hook_active_) hook_(frame, direction);
+  if (session_fd_ < 0) return;
   ++(direction == FrameDirection::Received ? session_seen_received_ : session_seen_sent_);
   const auto header = encode_capture_header(direction, realtime_ns(), frame.size());
   iovec parts[2] = {{const_cast<std::uint8_t*>(header.data()), header.size()},
@@ -133,6 +136,7 @@ void FrameCapture::forward(ByteSpan frame, FrameDirection direction) {
   ++counters_.clients_lost;
   loop_.unwatch(session_fd_);
   ::close(std::exchange(session_fd_, -1));
+  update_watching();
 }
 
 // Any message ends the capture; so does the end of the connection (no summary then).
@@ -143,6 +147,7 @@ void FrameCapture::on_client_message() {
   if (got <= 0) {
     loop_.unwatch(session_fd_);
     ::close(std::exchange(session_fd_, -1));
+    update_watching();
     return;
   }
   end_session();
@@ -161,6 +166,7 @@ void FrameCapture::end_session() {
   };
   loop_.unwatch(session_fd_);
   closing_fd_ = std::exchange(session_fd_, -1);
+  update_watching();
   pending_summary_ = summary.dump();
   closing_since_ = Clock::now();
   flush_summary(closing_since_);

@@ -89,7 +89,15 @@ class FrameCapture {
 
   // Every frame, both directions. The span is valid only during the call.
   void on_frame(ByteSpan frame, FrameDirection direction) {
-    if (session_fd_ >= 0) [[unlikely]] forward(frame, direction);
+    if (watching_) [[unlikely]] forward(frame, direction);
+  }
+
+  // The tracer's view of the same frames (vnic/trace.h), while it says it is active.
+  using FrameHook = std::function<void(ByteSpan frame, FrameDirection direction)>;
+  void set_frame_hook(FrameHook hook) { hook_ = std::move(hook); }
+  void set_hook_active(bool active) {
+    hook_active_ = active;
+    update_watching();
   }
 
   bool capturing() const { return session_fd_ >= 0; }
@@ -100,10 +108,14 @@ class FrameCapture {
   void on_client_message();
   std::optional<Instant> flush_summary(Instant now);
   void end_session();
+  void update_watching() { watching_ = session_fd_ >= 0 || hook_active_; }
 
   EventLoop& loop_;
   std::function<FrameTotals()> totals_;
   int session_fd_ = -1;
+  bool watching_ = false;  // a capture or the tracer wants frames
+  bool hook_active_ = false;
+  FrameHook hook_;
   // A session that ended but whose summary did not fit the send buffer yet: retried from
   // the loop's timer until kSummaryPatience has passed.
   int closing_fd_ = -1;

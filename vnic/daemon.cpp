@@ -32,6 +32,7 @@
 #include "verbs/nic.h"
 #include "vnic/report.h"
 #include "vnic/roce_port.h"
+#include "vnic/telemetry.h"
 #include "vnic/runtime.h"
 #include "vnic/tap.h"
 
@@ -233,6 +234,7 @@ class Daemon {
   LoopWatcher watcher_;
   std::optional<RocePort> roce_;
   std::optional<verbs::Nic> nic_;
+  std::optional<Telemetry> telemetry_;  // `rrdma-vnic stats` (RoCE part) and `trace`
   int tap_ifindex_ = 0;
   int link_monitor_fd_ = -1;
   int signal_fd_ = -1;
@@ -348,6 +350,10 @@ void Daemon::start_nic() {
   nic_config.netdev_mtu = config_.mtu;
   nic_.emplace(nic_config, *roce_, watcher_);
   roce_->attach(&*nic_);
+  telemetry_.emplace(*loop_, *capture_);
+  roce_->set_observer(&*telemetry_);
+  nic_->set_engine_observer(&*telemetry_);
+  interface_->set_observer(&*telemetry_);
   loop_->add_timer_source([this](Instant now) {
     nic_->advance(now);
     return nic_->next_deadline();
@@ -404,6 +410,7 @@ void Daemon::start_control() {
       [this](const nlohmann::json& request, const PeerCredentials& peer) { return handle(request, peer); },
       std::move(hooks), resolve_group(config_.group));
   control_->add_stream_command("capture", [this](const nlohmann::json& request, int fd) { capture_->start(fd, request); });
+  control_->add_stream_command("trace", [this](const nlohmann::json& request, int fd) { telemetry_->start_trace(fd, request); });
 }
 
 void Daemon::watch_signals() {
@@ -438,6 +445,7 @@ nlohmann::json Daemon::handle(const nlohmann::json& request, const PeerCredentia
     add_layer(stats, "verbs", named(nic_->counters()));
     add_layer(stats, "dma", named(nic_->dma_counters()));
     add_layer(stats, "capture", named(capture_->counters()));
+    telemetry_->add_stats(stats);
     return stats;
   }
   if (cmd == "down") {
@@ -473,6 +481,7 @@ void Daemon::tear_down() {
     nic_.reset();
     roce_.reset();
     interface_.reset();
+    telemetry_.reset();
     capture_.reset();
     loop_.reset();
     tap_.reset();

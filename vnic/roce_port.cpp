@@ -57,6 +57,7 @@ void RocePort::receive_udp(const stack::UdpDatagram& datagram, Instant now) {
     ++counters_.rx_bad_transport;
     return;
   }
+  if (observer_ != nullptr) observer_->on_transport(false, packet, packet.bth.dest_qp, datagram.ip.source);
   if (nic_ == nullptr) {
     ++counters_.rx_no_device;
     return;
@@ -84,7 +85,11 @@ void RocePort::send(const rocev2::OutgoingPacket& out, std::uint16_t udp_source_
   request.compute_checksum = false;  // RoCE v2 sends UDP checksum 0: the ICRC covers it
   request.ttl = rocev2::kRoceTtl;
   IcrcFinalizer finalizer;
-  switch (interface_.send_udp(request, now, &finalizer)) {
+  const stack::SendResult result = interface_.send_udp(request, now, &finalizer);
+  if (observer_ != nullptr && (result == stack::SendResult::sent || result == stack::SendResult::queued)) {
+    observer_->on_transport(true, packet, out.src_qpn, out.dest);
+  }
+  switch (result) {
     case stack::SendResult::sent: ++counters_.tx_packets; break;
     case stack::SendResult::queued:
       ++counters_.tx_packets;

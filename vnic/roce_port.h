@@ -30,6 +30,16 @@ struct RocePortCounters {
   std::uint64_t tx_emit_errors = 0;
 };
 
+// Sees every RoCE v2 packet that passed the checks (received) or was handed to the stack
+// (sent): `rrdma-vnic stats` and `trace` (vnic/telemetry.h). `local_qp` is the vnic's QP the
+// packet belongs to: the destination of a received one, the source of a sent one.
+class TransportObserver {
+ public:
+  virtual ~TransportObserver() = default;
+  virtual void on_transport(bool sent, const rocev2::TransportPacket& packet, rocev2::Qpn local_qp,
+                            stack::Ipv4Address peer) = 0;
+};
+
 class RocePort final : public stack::UdpHandler, public verbs::PacketPort {
  public:
   // Binds UDP 4791 on `interface` until destroyed.
@@ -41,6 +51,8 @@ class RocePort final : public stack::UdpHandler, public verbs::PacketPort {
   // Where verified packets go. The Nic needs this port to exist first, hence a setter;
   // nullptr detaches (packets are then counted and dropped).
   void attach(verbs::Nic* nic) { nic_ = nic; }
+  // nullptr for none; must outlive the port or be reset first.
+  void set_observer(TransportObserver* observer) { observer_ = observer; }
 
   void receive_udp(const stack::UdpDatagram& datagram, Instant now) override;
   void send(const rocev2::OutgoingPacket& packet, std::uint16_t udp_source_port, Instant now) override;
@@ -51,6 +63,7 @@ class RocePort final : public stack::UdpHandler, public verbs::PacketPort {
  private:
   stack::Interface& interface_;
   verbs::Nic* nic_ = nullptr;
+  TransportObserver* observer_ = nullptr;
   std::vector<std::uint8_t> scratch_;
   RocePortCounters counters_;
 };

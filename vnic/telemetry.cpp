@@ -1,0 +1,64 @@
+#include "vnic/telemetry.h"
+
+#include "vnic/report.h"
+
+namespace rrdma::vnic {
+
+Telemetry::Telemetry(EventLoop& loop, FrameCapture& capture) : capture_(capture), tracer_(loop, capture) {}
+
+Telemetry::~Telemetry() = default;
+
+void Telemetry::add_stats(nlohmann::json& stats) const {
+  stats_.add_to(stats);
+  add_layer(stats, "trace", named(tracer_.counters()));
+}
+
+void Telemetry::on_transport(bool sent, const rocev2::TransportPacket& packet, rocev2::Qpn local_qp,
+                             stack::Ipv4Address) {
+  stats_.count_packet(sent, packet, local_qp);
+  tracer_.transport(sent, packet, local_qp);
+}
+
+void Telemetry::on_state_change(rocev2::Qpn qpn, rocev2::QpState from, rocev2::QpState to, std::string_view cause) {
+  stats_.count_state(qpn, to);
+  tracer_.state(qpn, from, to, cause);
+}
+
+void Telemetry::on_packet(rocev2::Qpn qpn, const rocev2::Bth& bth, rocev2::PacketDecision decision,
+                          std::string_view detail) {
+  stats_.count_decision(qpn, bth, decision, detail);
+  tracer_.decision(qpn, bth, decision, detail);
+}
+
+void Telemetry::on_completion(const rocev2::Completion& cqe) {
+  stats_.count_completion(cqe);
+  tracer_.completion(cqe);
+}
+
+void Telemetry::arp_resolved(stack::Ipv4Address address, const stack::MacAddress& mac) {
+  if (tracer_.active()) tracer_.note(TraceLayer::Arp, "arp resolved " + address.to_string() + " is at " + mac.to_string());
+}
+
+void Telemetry::arp_failed(stack::Ipv4Address address, std::size_t dropped_packets) {
+  if (tracer_.active()) {
+    tracer_.note(TraceLayer::Arp, "arp failed for " + address.to_string() + ": " + std::to_string(dropped_packets) +
+                                      " queued packets dropped");
+  }
+}
+
+void Telemetry::arp_conflict(stack::Ipv4Address ours, const stack::MacAddress& claimant) {
+  if (tracer_.active()) {
+    tracer_.note(TraceLayer::Arp, "arp conflict: " + claimant.to_string() + " claims our " + ours.to_string());
+  }
+}
+
+void Telemetry::frame_dropped(std::string_view layer, std::string_view reason, ByteSpan) {
+  if (!tracer_.active()) return;
+  const TraceLayer at = layer == "arp" ? TraceLayer::Arp
+                        : layer == "udp" ? TraceLayer::Udp
+                        : layer == "ethernet" ? TraceLayer::Eth
+                                              : TraceLayer::Ip;
+  tracer_.note(at, "drop at " + std::string(layer) + ": " + std::string(reason));
+}
+
+}  // namespace rrdma::vnic

@@ -1,0 +1,53 @@
+// What the daemon shows of itself beyond the stack's counters: the RoCE statistics
+// (vnic/roce_stats.h, always counted) and the live trace (vnic/trace.h, only while someone
+// watches). One observer object for the three places events come from: the RocePort
+// (TransportObserver), the engine through the Nic (EngineObserver) and the stack
+// (StackObserver); frames come through FrameCapture's hook.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "rocev2/engine/ports.h"
+#include "stack/interface.h"
+#include "vnic/capture.h"
+#include "vnic/event_loop.h"
+#include "vnic/roce_port.h"
+#include "vnic/roce_stats.h"
+#include "vnic/trace.h"
+
+namespace rrdma::vnic {
+
+class Telemetry final : public rocev2::EngineObserver, public TransportObserver, public stack::StackObserver {
+ public:
+  // Frames reach the tracer through `capture`'s hook, which must outlive this.
+  Telemetry(EventLoop& loop, FrameCapture& capture);
+  ~Telemetry() override;
+  Telemetry(const Telemetry&) = delete;
+  Telemetry& operator=(const Telemetry&) = delete;
+
+  // `rrdma-vnic trace`: takes the connection `fd` (ControlServer::add_stream_command).
+  void start_trace(int fd, const nlohmann::json& request) { tracer_.start(fd, request); }
+  // Adds the RoCE counters and the trace's own to a `stats` reply.
+  void add_stats(nlohmann::json& stats) const;
+
+  // TransportObserver
+  void on_transport(bool sent, const rocev2::TransportPacket& packet, rocev2::Qpn local_qp,
+                    stack::Ipv4Address peer) override;
+  // rocev2::EngineObserver
+  void on_state_change(rocev2::Qpn qpn, rocev2::QpState from, rocev2::QpState to, std::string_view cause) override;
+  void on_packet(rocev2::Qpn qpn, const rocev2::Bth& bth, rocev2::PacketDecision decision,
+                 std::string_view detail) override;
+  void on_completion(const rocev2::Completion& cqe) override;
+  // stack::StackObserver
+  void arp_resolved(stack::Ipv4Address address, const stack::MacAddress& mac) override;
+  void arp_failed(stack::Ipv4Address address, std::size_t dropped_packets) override;
+  void arp_conflict(stack::Ipv4Address ours, const stack::MacAddress& claimant) override;
+  void frame_dropped(std::string_view layer, std::string_view reason, ByteSpan frame) override;
+
+ private:
+  FrameCapture& capture_;
+  RoceStats stats_;
+  Tracer tracer_;
+};
+
+}  // namespace rrdma::vnic
