@@ -280,6 +280,7 @@ Message Nic::query_gid(std::uint64_t client, const Message& m) {
 Message Nic::alloc_pd(std::uint64_t client, const Message& m) {
   const std::uint64_t context = m.words[field::kAllocPdContext];
   if (!owns_context(client, context)) return reply(m, EINVAL);
+  if (pds_.size() >= caps::kMaxPd) return reply(m, ENOMEM);
   const Created created = registry_.alloc_pd(client, static_cast<Handle>(context));
   if (!created.ok()) return reply(m, static_cast<std::uint64_t>(created.error));
   pds_.emplace(created.handle, std::make_unique<Pd>(Pd{client, static_cast<Handle>(context)}));
@@ -341,6 +342,7 @@ Message Nic::create_cq(std::uint64_t client, const Message& m, control::Received
   if (!owns_context(client, context) || entries == 0 || entries > caps::kMaxCqe || capacity == 0) {
     return reply(m, EINVAL);
   }
+  if (cqs_.size() >= caps::kMaxCq) return reply(m, ENOMEM);
   auto cq = std::make_unique<Cq>();
   cq->ring = adopt_ring<RingProducer>(fds, 0, {capacity, sizeof(Cqe)}, m.words[field::kCqRingBytes], cq->region);
   cq->notify = Doorbell::adopt_keeping_mode(fds.release(1));
@@ -411,6 +413,7 @@ Message Nic::create_qp(std::uint64_t client, const Message& m, control::Received
       (srq != 0 && (srq_it == srqs_.end() || srq_it->second->client != client))) {
     return reply(m, EINVAL);
   }
+  if (qps_.size() >= caps::kMaxQp) return reply(m, ENOMEM);
   auto qp = std::make_unique<Qp>();
   qp->client = client;
   qp->context = pd_it->second->context;
@@ -653,6 +656,7 @@ Message Nic::create_srq(std::uint64_t client, const Message& m, control::Receive
       capacity == 0 || w[field::kSrqMaxSge] > caps::kMaxSrqSge || w[field::kSrqLimit] > w[field::kSrqMaxWr]) {
     return reply(m, EINVAL);
   }
+  if (srqs_.size() >= caps::kMaxSrq) return reply(m, ENOMEM);
   auto srq = std::make_unique<Srq>();
   srq->ring = adopt_ring<RingConsumer>(fds, 0, {capacity, sizeof(RecvWqe)}, w[field::kSrqRingBytes], srq->region);
   srq->doorbell = Doorbell::adopt(fds.release(1));
@@ -724,6 +728,7 @@ Message Nic::create_ah(std::uint64_t client, const Message& m) {
       w[field::kAhHopLimit] > 0xFF || w[field::kAhTrafficClass] > 0xFF) {
     return reply(m, EINVAL);
   }
+  if (ahs_.size() >= caps::kMaxAh) return reply(m, ENOMEM);
   const Created created = registry_.create_ah(client, static_cast<Handle>(pd));
   if (!created.ok()) return reply(m, static_cast<std::uint64_t>(created.error));
   ahs_.emplace(created.handle,

@@ -9,6 +9,7 @@
 #include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -339,9 +340,19 @@ void Daemon::start_loop() {
   loop_->add_timer_source([this](Instant now) { return interface_->poll(now); });
 }
 
+// Every verbs object holds fds in the daemon (a QP: two ring memfds and a doorbell), so the
+// default soft limit of 1024 would cap a vnic at a few hundred QPs: take the hard limit.
+void raise_fd_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+}
+
 // The verbs device on UDP 4791. Its timers (retransmission, RNR waits) and the work it
 // defers run as a timer source of the loop.
 void Daemon::start_nic() {
+  raise_fd_limit();
   watcher_.attach(*loop_);
   roce_.emplace(*interface_);
   verbs::NicConfig nic_config;
@@ -383,7 +394,9 @@ void Daemon::on_link_messages(Instant now) {
   for (;;) {
     const ssize_t received = ::recv(link_monitor_fd_, buffer, sizeof(buffer), MSG_DONTWAIT);
     if (received <= 0) return;  // EAGAIN: drained (ENOBUFS: overrun; the next message tells)
-    auto length = static_cast<unsigned>(received);
+    // An int, as NLMSG_OK/NLMSG_NEXT expect: an unsigned length wraps when the last message
+    // is shorter than its aligned length, and NLMSG_OK then walks past the buffer.
+    int length = static_cast<int>(received);
     for (auto* message = reinterpret_cast<nlmsghdr*>(buffer); NLMSG_OK(message, length);
          message = NLMSG_NEXT(message, length)) {
       if (message->nlmsg_type != RTM_NEWLINK || message->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) continue;
