@@ -337,7 +337,8 @@ void Nic::async_event(const rocev2::AsyncEvent& event) {
   if (const Qp* qp = qp_by_qpn(event.qpn)) post_event(qp->context, static_cast<std::uint32_t>(event.type), qp->handle);
 }
 
-void Nic::on_state_change(rocev2::Qpn qpn, rocev2::QpState, rocev2::QpState to, std::string_view) {
+void Nic::on_state_change(rocev2::Qpn qpn, rocev2::QpState from, rocev2::QpState to, std::string_view cause) {
+  if (extra_observer_ != nullptr) extra_observer_->on_state_change(qpn, from, to, cause);
   Qp* qp = qp_by_qpn(qpn);
   if (qp == nullptr) return;
   registry_.set_qp_state(qp->client, qp->handle, static_cast<ibv_qp_state>(to));

@@ -85,11 +85,9 @@ void RocePort::send(const rocev2::OutgoingPacket& out, std::uint16_t udp_source_
   request.compute_checksum = false;  // RoCE v2 sends UDP checksum 0: the ICRC covers it
   request.ttl = rocev2::kRoceTtl;
   IcrcFinalizer finalizer;
-  const stack::SendResult result = interface_.send_udp(request, now, &finalizer);
-  if (observer_ != nullptr && (result == stack::SendResult::sent || result == stack::SendResult::queued)) {
-    observer_->on_transport(true, packet, out.src_qpn, out.dest);
-  }
-  switch (result) {
+  // Before the stack sends it: a trace then knows the QP of the frame that comes out.
+  if (observer_ != nullptr) observer_->on_transport(true, packet, out.src_qpn, out.dest);
+  switch (interface_.send_udp(request, now, &finalizer)) {
     case stack::SendResult::sent: ++counters_.tx_packets; break;
     case stack::SendResult::queued:
       ++counters_.tx_packets;

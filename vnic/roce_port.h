@@ -30,8 +30,9 @@ struct RocePortCounters {
   std::uint64_t tx_emit_errors = 0;
 };
 
-// Sees every RoCE v2 packet that passed the checks (received) or was handed to the stack
-// (sent): `rrdma-vnic stats` and `trace` (vnic/telemetry.h). `local_qp` is the vnic's QP the
+// Sees every RoCE v2 packet that passed the checks (received) or is about to be handed to
+// the stack (sent; an unroutable or too big one is then counted under tx_unroutable /
+// tx_too_big): `rrdma-vnic stats` and `trace` (vnic/telemetry.h). `local_qp` is the vnic's QP the
 // packet belongs to: the destination of a received one, the source of a sent one.
 class TransportObserver {
  public:

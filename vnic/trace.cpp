@@ -53,6 +53,9 @@ std::string stamp_now() {
 std::string layer_line(TraceLayer layer, const std::string& text) {
   return format("  %-5s %s", std::string(to_string(layer)).c_str(), text.c_str());
 }
+std::string labelled_line(std::string_view label, const std::string& text) {
+  return format("  %-5.*s %s", static_cast<int>(label.size()), label.data(), text.c_str());
+}
 
 std::string qp_text(std::uint32_t qpn) { return format("0x%06x", qpn); }
 
@@ -111,7 +114,6 @@ void describe_roce(TraceEvent& event, ByteSpan udp_payload, FrameDirection direc
     return;
   }
   std::string text = rocev2::describe(packet);
-  text += format(" A=%d SE=%d", packet.bth.ack_req ? 1 : 0, packet.bth.solicited ? 1 : 0);
   if (packet.aeth) text += " = " + ack_text(packet.aeth->syndrome);
   event.lines.push_back({TraceLayer::Roce, layer_line(TraceLayer::Roce, text)});
   event.qpn = local_qp ? local_qp
@@ -291,7 +293,7 @@ void Tracer::set_active(bool active) {
   capture_.set_hook_active(active);
   if (!active) {
     open_.reset();
-    pending_tx_.clear();
+    tx_awaits_frame_ = false;
     pending_tx_qp_.reset();
     last_request_.reset();
     write_cursor_.clear();
@@ -320,27 +322,30 @@ void Tracer::end(int fd) {
   if (sessions_.empty()) set_active(false);
 }
 
-void Tracer::begin(TraceEvent event) {
+void Tracer::begin(TraceEvent event, bool received) {
   flush();
   open_ = std::move(event);
+  open_is_received_ = received;
+  nested_tx_ = false;
 }
 
-void Tracer::append(TraceLayer layer, std::string text, std::optional<std::uint32_t> qpn) {
+void Tracer::append(TraceLayer layer, std::string_view label, std::string text, std::optional<std::uint32_t> qpn) {
   if (!open_) {
     TraceEvent event;
     event.lines.push_back({layer, stamp_now() + " " + text});
     event.qpn = qpn;
-    open_ = std::move(event);
+    begin(std::move(event), false);
     return;
   }
   if (!open_->qpn) open_->qpn = qpn;
-  open_->lines.push_back({layer, layer_line(layer, text)});
+  open_->lines.push_back({layer, (nested_tx_ ? "  " : "") + labelled_line(label, text)});
 }
 
 void Tracer::flush() {
   if (!open_) return;
   TraceEvent event = std::move(*open_);
   open_.reset();
+  nested_tx_ = false;
   send(event);
 }
 
@@ -361,26 +366,38 @@ void Tracer::send(const TraceEvent& event) {
   for (const int fd : lost) end(fd);
 }
 
+// The engine reports a packet it sent after the frame left (emit: send, then observe), so
+// a sent frame's event stays open for that line. A frame sent while a received one is
+// being handled (its ACK, a READ response) is its answer: nested inside its event.
 void Tracer::frame(ByteSpan frame, FrameDirection direction) {
   if (!active()) return;
-  const std::optional<std::uint32_t> local = direction == FrameDirection::Sent ? pending_tx_qp_ : std::nullopt;
-  TraceEvent event = describe_frame(frame, direction, stamp_now(), local);
-  if (direction == FrameDirection::Sent) {
-    for (TraceLine& line : pending_tx_) event.lines.push_back(std::move(line));
-    pending_tx_.clear();
-    pending_tx_qp_.reset();
-    // A frame sent while a received one is being handled (its ACK, say) is an event of its
-    // own; the received one stays open for its decision and completion lines.
-    send(event);
+  if (direction == FrameDirection::Received) {
+    begin(describe_frame(frame, direction, stamp_now(), std::nullopt), true);
     return;
   }
-  begin(std::move(event));
+  const std::optional<std::uint32_t> local = tx_awaits_frame_ ? pending_tx_qp_ : std::nullopt;
+  tx_awaits_frame_ = false;
+  const std::string stamp = stamp_now();
+  const std::size_t stamp_length = stamp.size();
+  TraceEvent event = describe_frame(frame, direction, stamp, local);
+  if (open_ && open_is_received_ && local && open_->qpn == local) {
+    // Its first line without the time stamp, all of it one step further in.
+    const std::string& first = event.lines.front().text;
+    open_->lines.push_back({TraceLayer::Eth, "  " + first.substr(std::min(first.size(), stamp_length + 1))});
+    for (std::size_t i = 1; i < event.lines.size(); ++i) {
+      open_->lines.push_back({event.lines[i].layer, "  " + event.lines[i].text});
+    }
+    nested_tx_ = true;
+    return;
+  }
+  begin(std::move(event), false);
 }
 
 void Tracer::transport(bool sent, const rocev2::TransportPacket& packet, rocev2::Qpn local_qp) {
   if (!active()) return;
   if (sent) {
     pending_tx_qp_ = local_qp.value();
+    tx_awaits_frame_ = true;
     return;
   }
   ReceivedRequest request;
@@ -423,20 +440,24 @@ void Tracer::decision(rocev2::Qpn qpn, const rocev2::Bth& bth, rocev2::PacketDec
   const std::string what = format("%s %s (%.*s) psn %u", qp_text(qpn.value()).c_str(),
                                   std::string(rocev2::to_string(decision)).c_str(), static_cast<int>(detail.size()),
                                   detail.data(), bth.psn.value());
-  if (decision == rocev2::PacketDecision::Sent || decision == rocev2::PacketDecision::Retransmitted) {
-    pending_tx_.push_back({TraceLayer::Qp, layer_line(TraceLayer::Qp, what)});
+  const bool sent = decision == rocev2::PacketDecision::Sent || decision == rocev2::PacketDecision::Retransmitted;
+  if (sent && tx_awaits_frame_) {
+    // No frame came: the stack holds the packet until ARP resolves its next hop.
+    tx_awaits_frame_ = false;
+    note(TraceLayer::Qp, what + ", waiting for ARP", qpn.value());
     return;
   }
-  append(TraceLayer::Qp, what, qpn.value());
+  if (!sent) nested_tx_ = false;
+  append(TraceLayer::Qp, "qp", what, qpn.value());
   if (decision == rocev2::PacketDecision::Accepted) {
-    if (std::string dma = dma_line(bth); !dma.empty()) append(TraceLayer::Qp, "dma " + dma, qpn.value());
+    if (std::string dma = dma_line(bth); !dma.empty()) append(TraceLayer::Qp, "dma", dma, qpn.value());
   }
 }
 
 void Tracer::state(rocev2::Qpn qpn, rocev2::QpState from, rocev2::QpState to, std::string_view cause) {
   if (!active()) return;
   flush();
-  append(TraceLayer::Qp,
+  append(TraceLayer::Qp, "qp",
          format("qp %s state %s -> %s (%.*s)", qp_text(qpn.value()).c_str(), std::string(rocev2::to_string(from)).c_str(),
                 std::string(rocev2::to_string(to)).c_str(), static_cast<int>(cause.size()), cause.data()),
          qpn.value());
@@ -445,7 +466,8 @@ void Tracer::state(rocev2::Qpn qpn, rocev2::QpState from, rocev2::QpState to, st
 
 void Tracer::completion(const rocev2::Completion& cqe) {
   if (!active()) return;
-  append(TraceLayer::Verbs,
+  nested_tx_ = false;
+  append(TraceLayer::Verbs, "verbs",
          format("cqe %s qp %s %s %s len %u wr_id 0x%" PRIx64, cqe.send_queue ? "send" : "recv",
                 qp_text(cqe.qpn.value()).c_str(), std::string(completion_name(cqe.opcode)).c_str(),
                 std::string(status_name(cqe.status)).c_str(), cqe.byte_len, cqe.wr_id),
@@ -455,7 +477,7 @@ void Tracer::completion(const rocev2::Completion& cqe) {
 void Tracer::note(TraceLayer layer, std::string text, std::optional<std::uint32_t> qpn) {
   if (!active()) return;
   flush();
-  append(layer, std::move(text), qpn);
+  append(layer, to_string(layer), std::move(text), qpn);
   flush();
 }
 

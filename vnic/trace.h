@@ -109,8 +109,8 @@ class Tracer {
   };
 
   void set_active(bool active);
-  void begin(TraceEvent event);
-  void append(TraceLayer layer, std::string text, std::optional<std::uint32_t> qpn);
+  void begin(TraceEvent event, bool received);
+  void append(TraceLayer layer, std::string_view label, std::string text, std::optional<std::uint32_t> qpn);
   void flush();
   void send(const TraceEvent& event);
   void on_client_message(int fd);
@@ -120,8 +120,10 @@ class Tracer {
   EventLoop& loop_;
   FrameCapture& capture_;
   std::vector<Session> sessions_;
-  std::optional<TraceEvent> open_;                 // lines still to come (flushed each loop turn)
-  std::vector<TraceLine> pending_tx_;             // the engine's words about the next sent frame
+  std::optional<TraceEvent> open_;  // lines still to come (flushed each loop turn)
+  bool open_is_received_ = false;
+  bool nested_tx_ = false;          // the open event's last lines are a nested sent frame
+  bool tx_awaits_frame_ = false;    // RocePort handed a packet to the stack, no frame yet
   std::optional<std::uint32_t> pending_tx_qp_;
   std::optional<ReceivedRequest> last_request_;
   std::map<std::uint32_t, std::uint64_t> write_cursor_;  // QP -> next address of its WRITE
