@@ -203,11 +203,14 @@ TraceEvent describe_frame(ByteSpan frame, FrameDirection direction, std::string_
 std::optional<TraceFilter> parse_trace_filter(const nlohmann::json& request, std::string& error) {
   TraceFilter filter;
   if (const auto qp = request.find("qp"); qp != request.end()) {
-    if (!qp->is_number_unsigned() || qp->get<std::uint64_t>() > 0xFFFFFF) {
+    const bool in_range = qp->is_number_unsigned()  ? qp->get<std::uint64_t>() <= 0xFFFFFF
+                          : qp->is_number_integer() ? qp->get<std::int64_t>() >= 0 && qp->get<std::int64_t>() <= 0xFFFFFF
+                                                    : false;
+    if (!in_range) {
       error = "\"qp\" must be a QP number (0 .. 0xffffff)";
       return std::nullopt;
     }
-    filter.qpn = qp->get<std::uint32_t>();
+    filter.qpn = static_cast<std::uint32_t>(qp->get<std::int64_t>());
   }
   if (const auto layers = request.find("layers"); layers != request.end()) {
     if (!layers->is_array() || layers->empty()) {

@@ -1,0 +1,185 @@
+// The pure parts of `rrdma-vnic capture`, `stats` and `trace`: the capture record framing
+// (hostile input on the CLI's side), AETH syndromes, the RoCE counters, the trace filter
+// a client sends (hostile input on the daemon's side), rendering, and frame decoding.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <vector>
+
+#include "vnic/capture.h"
+#include "vnic/roce_stats.h"
+#include "vnic/trace.h"
+
+using namespace rrdma;
+using namespace rrdma::vnic;
+
+namespace {
+
+std::vector<std::uint8_t> record(FrameDirection direction, std::uint64_t ns, std::vector<std::uint8_t> frame) {
+  auto bytes = encode_capture_header(direction, ns, frame.size());
+  bytes.insert(bytes.end(), frame.begin(), frame.end());
+  return bytes;
+}
+
+rocev2::TransportPacket packet(rocev2::Opcode opcode, std::uint32_t dest_qp, std::span<const std::uint8_t> payload) {
+  rocev2::TransportPacket p;
+  p.bth.opcode = opcode;
+  p.bth.dest_qp = rocev2::Qpn{dest_qp};
+  p.payload = payload;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("capture records round-trip and refuse what does not add up") {
+  const auto bytes = record(FrameDirection::Sent, 1234567890123ull, {1, 2, 3, 4, 5});
+  const auto parsed = parse_capture_record(ByteSpan(bytes));
+  REQUIRE(parsed);
+  CHECK(parsed->direction == FrameDirection::Sent);
+  CHECK(parsed->realtime_ns == 1234567890123ull);
+  REQUIRE(parsed->frame.size() == 5);
+  CHECK(parsed->frame[4] == 5);
+
+  CHECK_FALSE(parse_capture_record(ByteSpan(bytes).first(kCaptureRecordHeader - 1)));
+  auto wrong = bytes;
+  wrong[0] = '{';
+  CHECK_FALSE(parse_capture_record(ByteSpan(wrong)));
+  wrong = bytes;
+  wrong[1] = 3;  // no such direction
+  CHECK_FALSE(parse_capture_record(ByteSpan(wrong)));
+  wrong = bytes;
+  wrong.push_back(0);  // one byte more than the header says
+  CHECK_FALSE(parse_capture_record(ByteSpan(wrong)));
+  const std::vector<std::uint8_t> huge(kCaptureMaxFrame + 1, 0);
+  const auto too_big = record(FrameDirection::Received, 0, huge);
+  CHECK_FALSE(parse_capture_record(ByteSpan(too_big)));
+}
+
+TEST_CASE("AETH syndromes: ACK, RNR NAK, NAK codes (IBA 9.7.5.1)") {
+  CHECK(ack_kind(0x1F) == AckKind::Ack);
+  CHECK(ack_kind(0x20 | 12) == AckKind::RnrNak);
+  CHECK(ack_kind(0x60) == AckKind::Nak);
+  CHECK(ack_kind(0x40) == AckKind::Reserved);
+  CHECK(nak_code_name(0x60) == "psn_sequence_error");
+  CHECK(nak_code_name(0x61) == "invalid_request");
+  CHECK(nak_code_name(0x62) == "remote_access_error");
+  CHECK(nak_code_name(0x63) == "remote_operational_error");
+  CHECK(nak_code_name(0x64) == "invalid_rd_request");
+  CHECK(nak_code_name(0x67) == "reserved_7");
+}
+
+TEST_CASE("RoCE counters by opcode, ACK kind, decision and QP") {
+  RoceStats stats;
+  const std::array<std::uint8_t, 1024> payload{};
+  for (int i = 0; i < 3; ++i) {
+    stats.count_packet(true, packet(rocev2::Opcode::RcWriteMiddle, 0x22, payload), rocev2::Qpn{0x11});
+  }
+  auto nak = packet(rocev2::Opcode::RcAck, 0x11, {});
+  nak.aeth = rocev2::Aeth{0x60, rocev2::Msn{1}};
+  stats.count_packet(false, nak, rocev2::Qpn{0x11});
+  auto ack = nak;
+  ack.aeth->syndrome = 0x1F;
+  stats.count_packet(false, ack, rocev2::Qpn{0x11});
+  rocev2::Bth bth;
+  bth.opcode = rocev2::Opcode::RcWriteMiddle;
+  stats.count_decision(rocev2::Qpn{0x11}, bth, rocev2::PacketDecision::Retransmitted, "NAK PSN sequence error");
+  stats.count_decision(rocev2::Qpn{0x11}, bth, rocev2::PacketDecision::Dropped, "Q_Key mismatch");
+
+  nlohmann::json out;
+  stats.add_to(out);
+  const auto& middle = out["roce_opcodes"]["rc_rdma_write_middle"];
+  CHECK(middle["tx_packets"] == 3);
+  CHECK(middle["tx_bytes"] == 3 * 1024);
+  CHECK(middle["tx_retransmitted"] == 1);
+  CHECK(middle["rx_packets"] == 0);
+  CHECK(out["roce_acks"]["rx_acks"] == 1);
+  CHECK(out["roce_acks"]["rx_naks"] == 1);
+  CHECK(out["roce_acks"]["rx_nak_psn_sequence_error"] == 1);
+  CHECK(out["roce_acks"]["tx_acks"] == 0);
+  CHECK(out["roce_retransmissions"]["nak_psn_sequence_error"] == 1);
+  CHECK(out["roce_drops"]["q_key_mismatch"] == 1);
+  CHECK(out["roce_decisions"]["retransmitted"] == 1);
+  const auto& qp = out["qps"]["17"];
+  CHECK(qp["tx_packets"] == 3);
+  CHECK(qp["rx_packets"] == 2);
+  CHECK(qp["rx_nak_psn_sequence_error"] == 1);
+  CHECK(qp["retransmissions"]["nak_psn_sequence_error"] == 1);
+}
+
+TEST_CASE("trace filters from a client are checked") {
+  std::string error;
+  auto filter = parse_trace_filter({{"cmd", "trace"}}, error);
+  REQUIRE(filter);
+  CHECK(filter->layers == kAllTraceLayers);
+  CHECK_FALSE(filter->qpn);
+  filter = parse_trace_filter({{"cmd", "trace"}, {"qp", 17}, {"layers", nlohmann::json::array({"roce", "qp"})}}, error);
+  REQUIRE(filter);
+  CHECK(filter->qpn == 17u);
+  CHECK(filter->layers == ((1u << 4) | (1u << 5)));
+  CHECK_FALSE(parse_trace_filter({{"qp", "17"}}, error));
+  CHECK_FALSE(parse_trace_filter({{"qp", 0x1000000}}, error));
+  CHECK_FALSE(parse_trace_filter({{"qp", -1}}, error));
+  CHECK_FALSE(parse_trace_filter({{"layers", nlohmann::json::array({"tcp"})}}, error));
+  CHECK(error.find("unknown layer") != std::string::npos);
+  CHECK_FALSE(parse_trace_filter({{"layers", nlohmann::json::array()}}, error));
+  CHECK_FALSE(parse_trace_filter({{"layers", "roce"}}, error));
+}
+
+TEST_CASE("rendering keeps the first line with whatever passes the filter") {
+  TraceEvent event;
+  event.lines = {{TraceLayer::Eth, "12:00:00.000000 rx frame 60 bytes"},
+                 {TraceLayer::Eth, "  eth   a > b"},
+                 {TraceLayer::Roce, "  roce  RC SEND_ONLY"},
+                 {TraceLayer::Qp, "  qp    accepted"}};
+  event.qpn = 0x11;
+  CHECK(render(event, {}) == "12:00:00.000000 rx frame 60 bytes\n  eth   a > b\n  roce  RC SEND_ONLY\n  qp    accepted\n");
+  TraceFilter roce_only;
+  roce_only.layers = 1u << 4;
+  CHECK(render(event, roce_only) == "12:00:00.000000 rx frame 60 bytes\n  roce  RC SEND_ONLY\n");
+  TraceFilter verbs_only;
+  verbs_only.layers = 1u << 6;
+  CHECK(render(event, verbs_only).empty());
+  TraceFilter other_qp;
+  other_qp.qpn = 0x12;
+  CHECK(render(event, other_qp).empty());
+  event.qpn.reset();
+  TraceFilter same_qp;
+  same_qp.qpn = 0x11;
+  CHECK(render(event, same_qp).empty());  // not a QP's event
+}
+
+TEST_CASE("frames are described layer by layer, and hostile ones stop where they break") {
+  // An ARP request, 10.0.0.2 asks for 10.0.0.1 (RFC 826), padded to 60 bytes.
+  std::vector<std::uint8_t> arp = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02, 0, 0, 0, 0, 2, 0x08, 0x06,
+                                   0, 1, 0x08, 0, 6, 4, 0, 1, 0x02, 0, 0, 0, 0, 2, 10, 0, 0, 2,
+                                   0, 0, 0, 0, 0, 0, 10, 0, 0, 1};
+  arp.resize(60, 0);
+  auto event = describe_frame(ByteSpan(arp), FrameDirection::Received, "T", std::nullopt);
+  REQUIRE(event.lines.size() == 3);
+  CHECK(event.lines[0].text == "T rx frame 60 bytes");
+  CHECK(event.lines[1].text == "  eth   02:00:00:00:00:02 > ff:ff:ff:ff:ff:ff 0x0806 ARP");
+  CHECK(event.lines[2].text == "  arp   who has 10.0.0.1? tell 10.0.0.2");
+  CHECK(event.lines[2].layer == TraceLayer::Arp);
+  CHECK_FALSE(event.qpn);
+
+  const std::vector<std::uint8_t> runt = {1, 2, 3};
+  event = describe_frame(ByteSpan(runt), FrameDirection::Sent, "T", std::nullopt);
+  REQUIRE(event.lines.size() == 2);
+  CHECK(event.lines[0].text == "T tx frame 3 bytes");
+  CHECK(event.lines[1].text == "  eth   shorter than an Ethernet header");
+
+  // IPv4 to UDP 4791 whose payload is no transport packet.
+  std::vector<std::uint8_t> udp = {0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00,
+                                   0x45, 0, 0, 32, 0, 7, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 2, 10, 0, 0, 1,
+                                   0xc0, 0x00, 0x12, 0xb7, 0, 12, 0, 0, 0xde, 0xad, 0xbe, 0xef};
+  event = describe_frame(ByteSpan(udp), FrameDirection::Received, "T", std::nullopt);
+  REQUIRE(event.lines.size() >= 3);
+  CHECK(event.lines[2].text.rfind("  ip    10.0.0.2 > 10.0.0.1 ttl 64 id 0x0007 len 32", 0) == 0);
+  bool saw_udp = false, refused = false;
+  for (const auto& line : event.lines) {
+    saw_udp = saw_udp || line.text == "  udp   49152 > 4791 len 12 (RoCE v2)";
+    refused = refused || line.text.rfind("  roce  not a transport packet", 0) == 0;
+  }
+  CHECK(saw_udp);
+  CHECK(refused);
+}
