@@ -38,12 +38,15 @@ inline constexpr std::uint32_t kMaxCq = 1u << 14;
 inline constexpr std::uint32_t kMaxSrq = 1u << 14;
 inline constexpr std::uint32_t kMaxPd = 1u << 14;
 inline constexpr std::uint32_t kMaxAh = 1u << 14;
-// READ/atomic depth. The responder keeps one replay slot per outstanding READ/atomic (IBA ch. 9's
-// "responder resources") and the requester one per request in flight; 16 each
-// bounds that memory per QP. max_qp_init_rd_atom bounds attr.max_rd_atomic (ours as
-// requester), max_qp_rd_atom bounds attr.max_dest_rd_atomic (ours as responder).
-inline constexpr std::uint8_t kMaxQpRdAtom = 16;
-inline constexpr std::uint8_t kMaxQpInitRdAtom = 16;
+// READ/atomic depth: 128 each, what rxe offers. It matters beyond our own QPs: perftest sets
+// its max_rd_atomic from the PEER's max_qp_rd_atom, so a device offering less than rxe cannot
+// take perftest's READ and atomic tests against rxe (its modify to RTS would be refused).
+// The responder keeps one replay slot per outstanding READ/atomic (rocev2::
+// kMaxResponderResources); the requester tracks them in its send queue.
+// max_qp_init_rd_atom bounds attr.max_rd_atomic (ours as requester), max_qp_rd_atom bounds
+// attr.max_dest_rd_atomic (ours as responder).
+inline constexpr std::uint8_t kMaxQpRdAtom = rocev2::kMaxResponderResources;
+inline constexpr std::uint8_t kMaxQpInitRdAtom = 128;
 // Atomics run in the daemon, one at a time per vnic, so they are atomic with respect to
 // every QP of this device (IBV_ATOMIC_HCA), not to the CPUs of the application.
 inline constexpr ibv_atomic_cap kAtomicCap = IBV_ATOMIC_HCA;

@@ -81,7 +81,7 @@ struct Responder {
   std::uint64_t write_total = 0;
   bool recv_held = false;          // UC: a receive WQE kept from an aborted message
   bool uc_dropping = false;        // UC: drop until the next FIRST/ONLY (IBA UC rules)
-  std::array<ReplayEntry, 16> replay{};
+  std::array<ReplayEntry, kMaxResponderResources> replay{};
   std::size_t replay_next = 0;
   std::size_t replay_count = 0;
   bool comm_established = false;

@@ -45,6 +45,11 @@ inline constexpr std::uint32_t kMaxDestRdAtomic = 1u << 17;
 inline constexpr std::uint32_t kDestQpn = 1u << 20;
 }  // namespace qp_attr
 
+// READs and atomics a responder keeps answers for (IBA ch. 9 "responder resources"): the
+// engine's replay cache per QP, and so the largest max_dest_rd_atomic a device may offer.
+// rxe offers 128, and perftest copies the peer's max_qp_rd_atom into its own max_rd_atomic.
+inline constexpr std::uint8_t kMaxResponderResources = 128;
+
 struct QpAttr {
   QpState state = QpState::Reset;
   std::uint32_t path_mtu = 1024;     // bytes: 256, 512, 1024, 2048 or 4096

@@ -125,7 +125,7 @@ TEST_CASE("nic: an RDMA WRITE lands in the peer's memory and completes in the CQ
   CHECK(p.a.nic.counters().send_wqes == 1);
 }
 
-TEST_CASE("nic: SEND takes a receive WQE from the RQ ring; READ and FETCH_ADD bring data back") {
+TEST_CASE("nic: SEND takes a receive WQE from the RQ ring, then READ and FETCH_ADD bring data back") {
   Pair p;
   std::vector<std::uint8_t> a_mem(64), b_mem(64, 0);
   std::iota(a_mem.begin(), a_mem.end(), std::uint8_t{100});
@@ -212,7 +212,7 @@ std::vector<AsyncEventEntry> events_of(const Device& d) {
   return out;
 }
 
-TEST_CASE("nic: a malformed receive WQE fails its QP; RESET brings the QP back with an empty RQ") {
+TEST_CASE("nic: a malformed receive WQE fails its QP and RESET brings the QP back with an empty RQ") {
   Pair p;
   std::vector<std::uint8_t> a_mem(64), b_mem(64);
   const Registration ra = reg_mr(p.a.user, p.da, a_mem, IBV_ACCESS_LOCAL_WRITE);

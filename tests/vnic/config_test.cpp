@@ -164,7 +164,7 @@ TEST_CASE("bridge options must be consistent", "[vnic][config]") {
   CHECK_FALSE(refusal(args).empty());
 }
 
-TEST_CASE("--group takes a group name, not a path or an option", "[vnic][config]") {
+TEST_CASE("up --group takes a group name, not a path or an option", "[vnic][config]") {
   UpArguments args;
   args.name = "rv0";
   args.ip = "10.66.0.10/24";

@@ -92,7 +92,7 @@ TEST_CASE("control client: nothing listening is a clean error", "[vnic][control]
   CHECK_FALSE(error.empty());
 }
 
-TEST_CASE("control server: verbs frames reach the verbs hooks with their fds; a bad frame ends the client",
+TEST_CASE("control server: verbs frames reach the verbs hooks with their fds and a bad frame ends the client",
           "[vnic][control]") {
   namespace vc = verbs::control;
   test::TempRunDir dir;

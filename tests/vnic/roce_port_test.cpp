@@ -141,7 +141,7 @@ TEST_CASE("roce port: frames carry RoCE v2 headers, the ICRC checks and the sour
   CHECK(s.qa->poll().size() == 1);
 }
 
-TEST_CASE("roce port: a corrupted frame is counted as a bad ICRC and dropped; the retry gets through") {
+TEST_CASE("roce port: a corrupted frame is counted as a bad ICRC and dropped and the retry gets through") {
   Scene s;
   std::vector<std::uint8_t> source(64, 0xAB), target(64, 0);
   const Registration src = reg_mr(s.a.user, s.da, source, IBV_ACCESS_LOCAL_WRITE);
