@@ -18,6 +18,12 @@ require_system
 command -v ib_write_bw >/dev/null || skip "no ib_write_bw (Debian's perftest; scripts/deps installs it)"
 command -v nft >/dev/null || skip "no 'nft' command (nftables)"
 command -v ss >/dev/null || skip "no 'ss' (iproute2)"
+# In a sanitizer build our libibverbs.so.1 needs the ASan runtime loaded before the
+# program's own libraries: perftest gets it preloaded (leak checks off: its leaks are not
+# ours). PERFTEST_ENV is empty otherwise.
+PERFTEST_ENV=()
+asan_runtime=$(ldd "${RRDMA_BUILD_DIR:?}/lib/rrdma-ibverbs/libibverbs.so.1" 2>/dev/null | awk '/libasan/ {print $3}')
+[[ -n "$asan_runtime" ]] && PERFTEST_ENV=(env "LD_PRELOAD=$asan_runtime" "ASAN_OPTIONS=detect_leaks=0:log_path=$TMPD/asan-perftest")
 use_private_host
 verbs_scene
 
@@ -29,11 +35,11 @@ PER_MESSAGE=$(( SIZE / MTU ))
 # write_bw NAME: ib_write_bw, server on vnic A, client on vnic B; both must exit 0.
 write_bw() {
   local name=$1 port=$(( PEER_PORT + ${2:-0} )) server_rc=0 client_rc=0
-  ip netns exec "$NS_A" timeout 120 "$RRDMA_VNIC" exec --dev "$VNIC_A" -- \
+  ip netns exec "$NS_A" timeout 120 "$RRDMA_VNIC" exec --dev "$VNIC_A" -- "${PERFTEST_ENV[@]}" \
     ib_write_bw -d "$VNIC_A" -n "$ITERS" -s "$SIZE" -p "$port" >"$TMPD/$name.server" 2>&1 &
   local server=$!
   wait_until 30 "ib_write_bw to listen" ip netns exec "$NS_A" sh -c "ss -ltn 'sport = :$port' | grep -q LISTEN"
-  ip netns exec "$NS_B" timeout 120 "$RRDMA_VNIC" exec --dev "$VNIC_B" -- \
+  ip netns exec "$NS_B" timeout 120 "$RRDMA_VNIC" exec --dev "$VNIC_B" -- "${PERFTEST_ENV[@]}" \
     ib_write_bw -d "$VNIC_B" -n "$ITERS" -s "$SIZE" -p "$port" "$NS_A_IP" >"$TMPD/$name.client" 2>&1 || client_rc=$?
   wait_pid_bounded "$server" 30 || server_rc=$?
   (( client_rc == 0 && server_rc == 0 )) ||

@@ -19,6 +19,12 @@ require_system
 command -v ib_write_bw >/dev/null || skip "no ib_write_bw (Debian's perftest; scripts/deps installs it)"
 command -v nft >/dev/null || skip "no 'nft' command (nftables)"
 command -v ss >/dev/null || skip "no 'ss' (iproute2)"
+# In a sanitizer build our libibverbs.so.1 needs the ASan runtime loaded before the
+# program's own libraries: perftest gets it preloaded (leak checks off: its leaks are not
+# ours). PERFTEST_ENV is empty otherwise.
+PERFTEST_ENV=()
+asan_runtime=$(ldd "${RRDMA_BUILD_DIR:?}/lib/rrdma-ibverbs/libibverbs.so.1" 2>/dev/null | awk '/libasan/ {print $3}')
+[[ -n "$asan_runtime" ]] && PERFTEST_ENV=(env "LD_PRELOAD=$asan_runtime" "ASAN_OPTIONS=detect_leaks=0:log_path=$TMPD/asan-perftest")
 use_private_host
 verbs_scene
 A_MAC=$(mac_for 1)
@@ -44,11 +50,11 @@ PORT=$(( PEER_PORT + 100 ))
 write_bw() {  # write_bw NAME: ib_write_bw -n 5 -s 2048, server on A, client on B
   local name=$1 server_rc=0 client_rc=0
   PORT=$(( PORT + 1 ))
-  ip netns exec "$NS_A" timeout 120 "$RRDMA_VNIC" exec --dev "$VNIC_A" -- \
+  ip netns exec "$NS_A" timeout 120 "$RRDMA_VNIC" exec --dev "$VNIC_A" -- "${PERFTEST_ENV[@]}" \
     ib_write_bw -d "$VNIC_A" -n 5 -s 2048 -p "$PORT" >"$TMPD/$name.server" 2>&1 &
   local server=$!
   wait_until 30 "ib_write_bw to listen" ip netns exec "$NS_A" sh -c "ss -ltn 'sport = :$PORT' | grep -q LISTEN"
-  ip netns exec "$NS_B" timeout 120 "$RRDMA_VNIC" exec --dev "$VNIC_B" -- \
+  ip netns exec "$NS_B" timeout 120 "$RRDMA_VNIC" exec --dev "$VNIC_B" -- "${PERFTEST_ENV[@]}" \
     ib_write_bw -d "$VNIC_B" -n 5 -s 2048 -p "$PORT" "$NS_A_IP" >"$TMPD/$name.client" 2>&1 || client_rc=$?
   wait_pid_bounded "$server" 30 || server_rc=$?
   (( client_rc == 0 && server_rc == 0 )) ||
@@ -73,11 +79,11 @@ wait_pid_bounded "$PID_three" 20 || fail "trace --count 3 exited $?: $(cat "$TMP
 log "a 3-second ib_write_bw: a trace with --qp of its server's QP, one of a QP that does not exist"
 start_trace noqp "$VNIC_A" --qp 0xfffff0
 PORT=$(( PORT + 1 ))
-ip netns exec "$NS_A" timeout 120 "$RRDMA_VNIC" exec --dev "$VNIC_A" -- \
+ip netns exec "$NS_A" timeout 120 "$RRDMA_VNIC" exec --dev "$VNIC_A" -- "${PERFTEST_ENV[@]}" \
   stdbuf -oL ib_write_bw -d "$VNIC_A" -D 3 -s 2048 -p "$PORT" >"$TMPD/timed.server" 2>&1 &
 timed_server=$!  # stdbuf: perftest prints its QPN at once, not when it exits
 wait_until 30 "ib_write_bw to listen" ip netns exec "$NS_A" sh -c "ss -ltn 'sport = :$PORT' | grep -q LISTEN"
-ip netns exec "$NS_B" timeout 120 "$RRDMA_VNIC" exec --dev "$VNIC_B" -- \
+ip netns exec "$NS_B" timeout 120 "$RRDMA_VNIC" exec --dev "$VNIC_B" -- "${PERFTEST_ENV[@]}" \
   ib_write_bw -d "$VNIC_B" -D 3 -s 2048 -p "$PORT" "$NS_A_IP" >"$TMPD/timed.client" 2>&1 &
 timed_client=$!
 wait_until 30 "the server's QPN" grep -q "local address:" "$TMPD/timed.server"
