@@ -24,6 +24,8 @@ constexpr const char* kExamples = R"(Examples:
   rrdma-vnic stats rv0 --json
   rrdma-vnic list
   rrdma-vnic exec --dev rv0 -- ibv_devinfo -v
+  rrdma-vnic trace rv0 --layer roce --layer qp
+  rrdma-vnic capture rv0 -w rv0.pcap
   rrdma-vnic down rv0
 Run `rrdma-vnic SUBCOMMAND --help` for the options of each subcommand.)";
 

@@ -74,6 +74,7 @@ start_trace three "$VNIC_A" --count 3
 log "ib_write_bw twice (the first run resolves ARP)"
 write_bw first
 write_bw second
+# shellcheck disable=SC2154  # PID_three: set by start_trace through eval
 wait_pid_bounded "$PID_three" 20 || fail "trace --count 3 exited $?: $(cat "$TMPD/three.err")"
 
 log "a 3-second ib_write_bw: a trace with --qp of its server's QP, one of a QP that does not exist"
