@@ -29,7 +29,9 @@ source "$HERE/lib.sh"
 # name | program and arguments, on both sides (the harness adds device, GID, port, server).
 # The perftest messages are 8 KiB, eight full packets each: the capture of the whole test
 # stays in the tens of MB. perftest sets max_rd_atomic from the peer's max_qp_rd_atom (128 on
-# rxe and on our device): READ and atomic cases run unmodified (docs/INTEROP.md).
+# rxe and on our device): atomic and latency cases run with it unmodified; ib_read_bw asks for
+# 16 outstanding READs, because 128 READs answered in whole bursts (our responder does not
+# pace yet) once overran the TCG guest in CI and rxe ran out of retries (docs/INTEROP.md).
 PLAIN_CASES=(
   "rc_s1|ibv_rc_pingpong -n 50 -s 1"
   "rc_s1000|ibv_rc_pingpong -n 50 -s 1000"
@@ -41,7 +43,7 @@ PLAIN_CASES=(
   "uc|ibv_uc_pingpong -n 50 -s 2000"
   "ud|ibv_ud_pingpong -n 50 -s 512"
   "write_bw|ib_write_bw -n 200 -s 8192"
-  "read_bw|ib_read_bw -n 200 -s 8192"
+  "read_bw|ib_read_bw -n 200 -s 8192 -o 16"
   "send_bw|ib_send_bw -n 200 -s 8192"
   "fetch_add|ib_atomic_bw -n 200 -A FETCH_AND_ADD"
   "cmp_swap|ib_atomic_bw -n 200 -A CMP_AND_SWAP"
@@ -52,7 +54,7 @@ PLAIN_CASES=(
 )
 LOSS_CASES=(
   "write_bw|ib_write_bw -n 200 -s 8192"
-  "read_bw|ib_read_bw -n 200 -s 8192"
+  "read_bw|ib_read_bw -n 200 -s 8192 -o 16"
 )
 JUMBO_CASES=(
   "write_bw|ib_write_bw -n 200 -s 8192"
@@ -61,7 +63,7 @@ JUMBO_CASES=(
 # ibv_rc_pingpong's path MTU is its -m (default 1024), perftest's the smaller active MTU.
 JUMBO4096_CASES=(
   "write_bw|ib_write_bw -n 100 -s 65536"
-  "read_bw|ib_read_bw -n 100 -s 65536"
+  "read_bw|ib_read_bw -n 100 -s 65536 -o 16"
   "rc_s20000|ibv_rc_pingpong -n 20 -s 20000 -m 4096"
 )
 readonly CASE_TIMEOUT=180 LOSS_PERCENT=5
