@@ -18,12 +18,7 @@ require_system
 command -v ib_write_bw >/dev/null || skip "no ib_write_bw (Debian's perftest; scripts/deps installs it)"
 command -v nft >/dev/null || skip "no 'nft' command (nftables)"
 command -v ss >/dev/null || skip "no 'ss' (iproute2)"
-# In a sanitizer build our libibverbs.so.1 needs the ASan runtime loaded before the
-# program's own libraries: perftest gets it preloaded (leak checks off: its leaks are not
-# ours). PERFTEST_ENV is empty otherwise.
-PERFTEST_ENV=()
-asan_runtime=$(ldd "${RRDMA_BUILD_DIR:?}/lib/rrdma-ibverbs/libibverbs.so.1" 2>/dev/null | awk '/libasan/ {print $3}')
-[[ -n "$asan_runtime" ]] && PERFTEST_ENV=(env "LD_PRELOAD=$asan_runtime" "ASAN_OPTIONS=detect_leaks=0:log_path=$TMPD/asan-perftest")
+set_perftest_env
 use_private_host
 verbs_scene
 

@@ -77,6 +77,19 @@ run_pair() {
     fail_case "$name: server exit $server_rc, client exit $client_rc (124: timed out)"
 }
 
+# set_perftest_env: PERFTEST_ENV, the prefix to run Debian's perftest with (after lib.sh's
+# init_test). In a sanitizer build our libibverbs.so.1 needs the ASan runtime loaded before
+# the program's own libraries: it is preloaded, with leak checks off (perftest's leaks are
+# not ours). Empty otherwise.
+set_perftest_env() {
+  PERFTEST_ENV=()
+  local asan_runtime
+  asan_runtime=$(ldd "${RRDMA_BUILD_DIR:?}/lib/rrdma-ibverbs/libibverbs.so.1" 2>/dev/null | awk '/libasan/ {print $3}')
+  [[ -n "$asan_runtime" ]] &&
+    PERFTEST_ENV=(env "LD_PRELOAD=$asan_runtime" "ASAN_OPTIONS=detect_leaks=0:log_path=$TMPD/asan-perftest")
+  return 0
+}
+
 # wait_pid_bounded PID SECONDS: waits for a background child; kills it when it overruns.
 # Returns the child's exit status (124 when it had to be killed).
 wait_pid_bounded() {

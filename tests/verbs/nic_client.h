@@ -254,4 +254,24 @@ inline SendWqe wqe_for(std::uint64_t wr_id, rocev2::WrOpcode opcode, const std::
   return wqe;
 }
 
+// The two addresses of the back-to-back tests.
+inline constexpr std::uint32_t kTestIpA = 0x0A420001;
+inline constexpr std::uint32_t kTestIpB = 0x0A420002;
+
+// Two nodes (anything built from (IPv4 address, last MAC byte) with a TestClient `user`),
+// a device and an RC QP on each, connected to each other: where most data-path tests start.
+template <typename Node>
+struct ConnectedPair {
+  Node a{kTestIpA, 1};
+  Node b{kTestIpB, 2};
+  Device da = open_device(a.user);
+  Device db = open_device(b.user);
+  std::unique_ptr<TestQp> qa = create_qp(a.user, da);
+  std::unique_ptr<TestQp> qb = create_qp(b.user, db);
+  ConnectedPair() {
+    connect(a.user, *qa, kTestIpB, qb->qpn);
+    connect(b.user, *qb, kTestIpA, qa->qpn);
+  }
+};
+
 }  // namespace rrdma::verbs::test

@@ -61,8 +61,8 @@ struct Side {
   const std::uint64_t& client = user.client;
 };
 
-constexpr std::uint32_t kIpA = 0x0A420001;
-constexpr std::uint32_t kIpB = 0x0A420002;
+constexpr std::uint32_t kIpA = kTestIpA;
+constexpr std::uint32_t kIpB = kTestIpB;
 
 // Moves packets between the two Nics and runs their doorbells until nothing moves.
 void exchange(Side& a, Side& b) {
@@ -86,18 +86,17 @@ void exchange(Side& a, Side& b) {
   FAIL("the two Nics never went quiet");
 }
 
-struct Pair {
-  Side a{kIpA, 1};
-  Side b{kIpB, 2};
-  Device da = open_device(a.user);
-  Device db = open_device(b.user);
-  std::unique_ptr<TestQp> qa = create_qp(a.user, da);
-  std::unique_ptr<TestQp> qb = create_qp(b.user, db);
-  Pair() {
-    connect(a.user, *qa, kIpB, qb->qpn);
-    connect(b.user, *qb, kIpA, qa->qpn);
-  }
-};
+using Pair = ConnectedPair<Side>;
+
+// An 8-byte RDMA WRITE from A's `source` into B's `target`, carried to the end.
+void write_a_to_b(Pair& p, std::uint64_t id, const std::vector<std::uint8_t>& source,
+                  std::vector<std::uint8_t>& target, const Registration& src, const Registration& dst) {
+  SendWqe wqe = wqe_for(id, rocev2::WrOpcode::RdmaWrite, source, 8, src.lkey);
+  wqe.remote_addr = reinterpret_cast<std::uintptr_t>(target.data());
+  wqe.rkey = dst.rkey;
+  p.qa->post_send(wqe);
+  exchange(p.a, p.b);
+}
 
 TEST_CASE("nic: an RDMA WRITE lands in the peer's memory and completes in the CQ ring") {
   Pair p;
@@ -348,13 +347,7 @@ TEST_CASE("nic: ibv_req_notify_cq arms: next completion, or solicited ones only"
   std::vector<std::uint8_t> source(64), target(64);
   const Registration src = reg_mr(p.a.user, p.da, source, IBV_ACCESS_LOCAL_WRITE);
   const Registration dst = reg_mr(p.b.user, p.db, target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  auto write = [&](std::uint64_t id) {
-    SendWqe wqe = wqe_for(id, rocev2::WrOpcode::RdmaWrite, source, 8, src.lkey);
-    wqe.remote_addr = reinterpret_cast<std::uintptr_t>(target.data());
-    wqe.rkey = dst.rkey;
-    p.qa->post_send(wqe);
-    exchange(p.a, p.b);
-  };
+  auto write = [&](std::uint64_t id) { write_a_to_b(p, id, source, target, src, dst); };
   write(1);
   CHECK_FALSE(eventfd_signalled(p.qa->cq_notify));  // not armed: no event
 
@@ -380,13 +373,7 @@ TEST_CASE("nic: resize_cq moves the unpolled CQEs into the new ring, in order") 
   std::vector<std::uint8_t> source(64), target(64);
   const Registration src = reg_mr(p.a.user, p.da, source, IBV_ACCESS_LOCAL_WRITE);
   const Registration dst = reg_mr(p.b.user, p.db, target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  auto write = [&](std::uint64_t id) {
-    SendWqe wqe = wqe_for(id, rocev2::WrOpcode::RdmaWrite, source, 8, src.lkey);
-    wqe.remote_addr = reinterpret_cast<std::uintptr_t>(target.data());
-    wqe.rkey = dst.rkey;
-    p.qa->post_send(wqe);
-    exchange(p.a, p.b);
-  };
+  auto write = [&](std::uint64_t id) { write_a_to_b(p, id, source, target, src, dst); };
   for (std::uint64_t id = 1; id <= 3; ++id) write(id);
   Cqe first{};
   REQUIRE(p.qa->cq_consumer->try_pop_value(first) == PopResult::Popped);  // one polled, two left

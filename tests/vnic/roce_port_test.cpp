@@ -25,8 +25,8 @@ class QueueSink final : public stack::FrameSink {
   void transmit(ByteSpan frame) override { frames.emplace_back(frame.begin(), frame.end()); }
 };
 
-constexpr std::uint32_t kIpA = 0x0A420001;
-constexpr std::uint32_t kIpB = 0x0A420002;
+constexpr std::uint32_t kIpA = kTestIpA;
+constexpr std::uint32_t kIpB = kTestIpB;
 
 stack::InterfaceConfig interface_config(std::uint32_t ip, std::uint8_t mac_byte) {
   stack::InterfaceConfig config;
@@ -78,18 +78,7 @@ void exchange(Vnic& a, Vnic& b) {
   exchange(a, b, [](std::vector<std::uint8_t>&) {});
 }
 
-struct Scene {
-  Vnic a{kIpA, 1};
-  Vnic b{kIpB, 2};
-  Device da = open_device(a.user);
-  Device db = open_device(b.user);
-  std::unique_ptr<TestQp> qa = create_qp(a.user, da);
-  std::unique_ptr<TestQp> qb = create_qp(b.user, db);
-  Scene() {
-    connect(a.user, *qa, kIpB, qb->qpn);
-    connect(b.user, *qb, kIpA, qa->qpn);
-  }
-};
+using Scene = ConnectedPair<Vnic>;
 
 TEST_CASE("roce port: WRITEs of odd sizes cross the real stack with their pad and ICRC") {
   Scene s;
