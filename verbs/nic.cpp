@@ -86,7 +86,9 @@ Nic::Nic(const NicConfig& config, PacketPort& port, FdWatcher& watcher)
       watcher_(watcher),
       dma_(mrs_),
       engine_(static_cast<rocev2::EngineHost&>(*this), mrs_, dma_,
-              static_cast<rocev2::EngineObserver*>(this)) {}
+              static_cast<rocev2::EngineObserver*>(this)) {
+  if (!config.frame_memory.empty()) dma_.combine_writes_from(config.frame_memory);
+}
 
 Nic::~Nic() {
   std::vector<std::uint64_t> clients;
@@ -105,6 +107,7 @@ int Nic::client_connected(const ClientInfo& client) {
 void Nic::client_disconnected(std::uint64_t client_id, Instant now) {
   if (clients_.erase(client_id) == 0) return;
   now_ = now;
+  dma_.flush();
   ++counters_.clients_disconnected;
   for (const TeardownAction& action : registry_.drop_client(client_id)) forget_object(action);
   mrs_.drop_client(client_id);
@@ -162,6 +165,8 @@ void Nic::release_qp(Handle handle) {
 Message Nic::handle(std::uint64_t client, const Message& request, control::ReceivedFds& fds, Instant now) {
   now_ = now;
   ++counters_.requests;
+  // A request may deregister memory or read what the engine wrote: queued writes land first.
+  dma_.flush();
   Message answer = clients_.count(client) == 0 || request.is_reply()
                        ? reply(request, clients_.count(client) == 0 ? ENOENT : EINVAL)
                        : dispatch(client, request, fds, now);

@@ -296,6 +296,8 @@ void Nic::settle(Instant now) {
 // Makes the pushed CQEs and events visible and signals whoever asked: a CQ's channel when
 // its arm matches (publish_completions), a context's async fd after every batch of events.
 void Nic::publish() {
+  // What a completion or event announces must be in memory before anyone can see it.
+  if (!dirty_cqs_.empty() || !dirty_contexts_.empty()) dma_.flush();
   for (Handle handle : std::exchange(dirty_cqs_, {})) {
     auto it = cqs_.find(handle);
     if (it == cqs_.end()) continue;
@@ -316,6 +318,8 @@ void Nic::publish() {
 // ------------------------------------------------------------------ the engine's host
 
 void Nic::send_packet(const rocev2::OutgoingPacket& out) {
+  // An ACK (or any response) tells the peer its data has landed.
+  dma_.flush();
   const Qp* qp = qp_by_qpn(out.src_qpn);
   port_.send(out, qp ? qp->udp_source_port : rocev2::udp_source_port_datagram(out.src_qpn), now_);
 }

@@ -6,9 +6,13 @@
 // mode ATTACH_REALCREDS): the daemon runs as root. See docs/VERBS_MEMORY.md.
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "rocev2/engine/ports.h"
 #include "verbs/mr_table.h"
@@ -23,6 +27,11 @@ struct DmaCounters {
   std::uint64_t faults = 0;        // EFAULT: the range is not mapped (or not writable)
   std::uint64_t partial = 0;       // fewer bytes moved than asked (a hole inside the range)
   std::uint64_t other_errors = 0;  // EPERM (no ptrace right), ENOMEM, ...
+  // Write combining (combine_writes_from): writes queued, process_vm_writev calls that
+  // carried them, and queued writes lost because their call failed at flush().
+  std::uint64_t writes_queued = 0;
+  std::uint64_t combined_calls = 0;
+  std::uint64_t queued_writes_lost = 0;
 };
 
 // One piece of a scatter/gather list: `length` bytes at iova `addr` of the region `mr`.
@@ -55,17 +64,48 @@ class ProcessDma final : public rocev2::Dma {
   bool read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out);
   bool write_scatter(std::span<const DmaPiece> pieces, std::span<const std::uint8_t> in);
 
+  // Write combining, for the daemon's receive path: from now on a write() whose source bytes
+  // lie inside `stable` is checked against the table and queued, and the queue goes to the
+  // kernel at flush(), consecutive writes into one process in one process_vm_writev. The
+  // caller promises that `stable` keeps its bytes until it calls flush(), and calls flush()
+  // before anything may observe the written memory (a completion, an ACK, a deregistration).
+  // Every other transfer flushes the queue first, so the order of writes and reads holds.
+  void combine_writes_from(std::span<const std::uint8_t> stable);
+  // Performs the queued writes. False if any was lost (counted in queued_writes_lost): the
+  // process died or unmapped the range after write() vouched for it, which a hardware NIC
+  // would not notice either (its DMA goes to the pages pinned at registration).
+  bool flush();
+  std::size_t queued_writes() const { return queue_.size(); }
+
   const DmaCounters& counters() const { return counters_; }
 
  private:
   enum class Direction : std::uint8_t { FromProcess, ToProcess };
+  struct QueuedWrite {
+    DmaTarget target;
+    const std::uint8_t* source = nullptr;
+    std::size_t length = 0;
+  };
+  struct LivenessCheck {
+    pid_t pid = 0;
+    int pidfd = -1;
+    std::chrono::steady_clock::time_point alive_at{};
+  };
   bool transfer(Direction direction, std::span<const DmaPiece> pieces, std::uint8_t* local,
                 std::size_t size);
+  bool inside_stable(std::span<const std::uint8_t> bytes) const;
+  bool queue_write(const rocev2::MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in);
+  bool flush_run(std::size_t begin, std::size_t end);
+  bool still_alive(const DmaTarget& target);
+  void process_gone(const DmaTarget& target);
   std::optional<std::uint64_t> read_word(const rocev2::MrFacts& mr, std::uint64_t addr);
   bool write_word(const rocev2::MrFacts& mr, std::uint64_t addr, std::uint64_t value);
 
   const MrTable& table_;
   DmaCounters counters_;
+  std::span<const std::uint8_t> stable_;
+  std::vector<QueuedWrite> queue_;
+  std::vector<LivenessCheck> liveness_;
 };
 
 }  // namespace rrdma::verbs

@@ -359,7 +359,11 @@ void Daemon::start_nic() {
   nic_config.address = config_.address.address;
   nic_config.mac = config_.mac;
   nic_config.netdev_mtu = config_.mtu;
+  nic_config.frame_memory = loop_->receive_memory();
   nic_.emplace(nic_config, *roce_, watcher_);
+  loop_->on_frames_done([this] {
+    if (nic_) nic_->end_of_frames();
+  });
   roce_->attach(&*nic_);
   telemetry_.emplace(*loop_, *capture_);
   roce_->set_observer(&*telemetry_);

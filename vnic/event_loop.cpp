@@ -297,6 +297,7 @@ void EventLoop::reap_completions(Instant now) {
   }
   io_uring_cq_advance(&ring_, seen);
   counters_.completions += seen;
+  if (buffers_to_return_ > 0 && frames_done_) frames_done_();
   if (buffers_to_return_ > 0) {
     io_uring_buf_ring_advance(buffer_ring_, static_cast<int>(std::exchange(buffers_to_return_, 0)));
   }

@@ -73,8 +73,15 @@ class EventLoop {
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
 
-  // The fd frames come from and go to. The handler's span is valid only during the call.
+  // The fd frames come from and go to. The handler's span stays valid until the end of the
+  // batch of completions it came in: the buffer goes back to the kernel only after
+  // `frames_done` has run.
   void attach_frame_device(int fd, FrameHandler on_frame);
+  // Runs after every batch of completions that delivered frames, before their buffers are
+  // handed back to the kernel (the verbs device writes payloads out in one go there).
+  void on_frames_done(std::function<void()> frames_done) { frames_done_ = std::move(frames_done); }
+  // The memory every received frame lies in.
+  ByteSpan receive_memory() const { return ByteSpan(rx_memory_, rx_memory_bytes_); }
   // Copies the frame into a transmit slot and queues its write; false (and counted)
   // when the queue is full or the frame does not fit a slot.
   bool transmit(ByteSpan frame);
@@ -138,6 +145,7 @@ class EventLoop {
   // Receive: a provided-buffer ring shared with the kernel.
   int frame_fd_ = -1;
   FrameHandler on_frame_;
+  std::function<void()> frames_done_;
   bool multishot_read_ = false;
   unsigned reads_in_flight_ = 0;
   unsigned consecutive_read_errors_ = 0;
