@@ -26,6 +26,12 @@ class FrameSink {
  public:
   virtual ~FrameSink() = default;
   virtual void transmit(ByteSpan frame) = 0;
+  // Building in place, for a sink with transmit memory of its own (the daemon's registered
+  // transmit slots): `size` bytes to build one frame in, then sent with transmit_prepared().
+  // Empty when the sink has no room (or no such memory); the frame is then built elsewhere
+  // and given to transmit(). One frame at a time: prepare, fill, transmit_prepared.
+  virtual MutableByteSpan prepare(std::size_t /*size*/) { return {}; }
+  virtual void transmit_prepared(MutableByteSpan /*frame*/) {}
 };
 
 // ICMP errors are rate-limited by a token bucket (RFC 1812 4.3.2.8; RFC 1122 3.2.2
@@ -64,13 +70,24 @@ class UdpHandler {
   virtual void receive_udp(const UdpDatagram& datagram, Instant now) = 0;
 };
 
-// A UDP datagram for send_udp(). `trailer_length` bytes follow the payload; the
+// Writes a UDP payload straight into the frame being built (RoCE: the transport headers,
+// then the message bytes), so that nothing is copied twice.
+class PayloadWriter {
+ public:
+  virtual ~PayloadWriter() = default;
+  virtual void write(MutableByteSpan payload) = 0;  // exactly the announced length
+};
+
+// A UDP datagram for send_udp(): the payload as bytes, or `payload_length` bytes a
+// PayloadWriter writes in place. `trailer_length` bytes follow the payload; the
 // PacketFinalizer writes them once the IPv4 and UDP headers are final.
 struct UdpSend {
   Ipv4Address destination;
   std::uint16_t source_port = 0;
   std::uint16_t destination_port = 0;
   ByteSpan payload;
+  PayloadWriter* payload_writer = nullptr;  // when set, writes payload_length bytes
+  std::size_t payload_length = 0;
   std::size_t trailer_length = 0;
   bool compute_checksum = true;  // false sends checksum 0, as RoCE v2 does
   bool dont_fragment = true;

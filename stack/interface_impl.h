@@ -63,6 +63,17 @@ struct Interface::Impl final : ArpCacheClient {
   // Routes and sends (or queues) a frame made by start_ipv4_packet.
   SendResult send_ipv4(Ipv4Address destination, PendingPacket frame, Instant now);
   SendResult send_udp(const UdpSend& request, Instant now, PacketFinalizer* finalizer);
+  // The link-layer destination of an IPv4 packet: nullopt if unroutable; a hop without a MAC
+  // yet when ARP must resolve it first.
+  struct LinkHop {
+    Ipv4Address hop;
+    std::optional<MacAddress> mac;
+  };
+  std::optional<LinkHop> link_hop(Ipv4Address destination, Instant now);
+  // Fills `frame` (Ethernet header room included) with the IPv4 and UDP headers, the payload
+  // and, through the finalizer, the trailer.
+  void build_udp(const UdpSend& request, const Ipv4Header& header, MutableByteSpan frame,
+                 PacketFinalizer* finalizer);
 
   InterfaceConfig config;
   Ipv4Cidr subnet;

@@ -148,32 +148,67 @@ PendingPacket Interface::Impl::start_ipv4_packet(Ipv4Header& header) {
   return frame;
 }
 
-SendResult Interface::Impl::send_ipv4(Ipv4Address destination, PendingPacket frame, Instant now) {
+std::optional<Interface::Impl::LinkHop> Interface::Impl::link_hop(Ipv4Address destination, Instant now) {
   const auto hop = next_hop(destination);
   // Our own address would need a loopback path, which the vnic does not have yet.
-  if (!hop || destination == config.address) {
+  if (!hop || destination == config.address) return std::nullopt;
+  if (is_broadcast(destination)) return LinkHop{*hop, MacAddress::broadcast()};
+  return LinkHop{*hop, arp.lookup(*hop, now)};
+}
+
+SendResult Interface::Impl::send_ipv4(Ipv4Address destination, PendingPacket frame, Instant now) {
+  const auto link = link_hop(destination, now);
+  if (!link) {
     count(Stat::ip_drop_unroutable);
     return SendResult::unroutable;
   }
   count(Stat::ip_tx_packets);
-  if (is_broadcast(destination)) {
-    transmit_to(MacAddress::broadcast(), EtherType::ipv4, frame);
+  if (link->mac) {
+    transmit_to(*link->mac, EtherType::ipv4, frame);
     return SendResult::sent;
   }
-  if (const auto mac = arp.lookup(*hop, now)) {
-    transmit_to(*mac, EtherType::ipv4, frame);
-    return SendResult::sent;
-  }
-  arp.enqueue(*hop, std::move(frame), now);
+  arp.enqueue(link->hop, std::move(frame), now);
   return SendResult::queued;
 }
 
+void Interface::Impl::build_udp(const UdpSend& request, const Ipv4Header& header, MutableByteSpan frame,
+                                PacketFinalizer* finalizer) {
+  header.emit(frame.subspan(EthernetHeader::length()));
+  const MutableByteSpan ip_packet = frame.subspan(EthernetHeader::length());
+  const MutableByteSpan datagram = ip_packet.subspan(Ipv4Header::length());
+  UdpHeader{request.source_port, request.destination_port,
+            static_cast<std::uint16_t>(header.payload_length - UdpHeader::length())}
+      .emit(datagram);
+  const MutableByteSpan payload = datagram.subspan(UdpHeader::length(), datagram.size() - UdpHeader::length() -
+                                                                             request.trailer_length);
+  if (request.payload_writer) {
+    request.payload_writer->write(payload);
+  } else if (!request.payload.empty()) {
+    std::memcpy(payload.data(), request.payload.data(), request.payload.size());
+  }
+  // The trailer starts out zero, as in a fresh frame, whatever the buffer held before.
+  std::fill(datagram.end() - static_cast<std::ptrdiff_t>(request.trailer_length), datagram.end(), 0);
+  if (finalizer) finalizer->finalize(ip_packet);
+  if (request.compute_checksum) {
+    UdpHeader::fill_checksum(datagram, header.source, header.destination);
+  }
+}
+
+// Built straight into the sink's transmit memory when the next hop's MAC is known and the
+// sink has room: no allocation and one copy of the payload. Otherwise in a frame of its own
+// (which the ARP queue keeps, or which transmit() copies).
 SendResult Interface::Impl::send_udp(const UdpSend& request, Instant now,
                                      PacketFinalizer* finalizer) {
-  const std::size_t udp_length = UdpHeader::length() + request.payload.size() + request.trailer_length;
+  const std::size_t payload_length = request.payload_writer ? request.payload_length : request.payload.size();
+  const std::size_t udp_length = UdpHeader::length() + payload_length + request.trailer_length;
   if (Ipv4Header::length() + udp_length > config.mtu) {
     count(Stat::ip_tx_too_big);
     return SendResult::too_big;
+  }
+  const auto link = link_hop(request.destination, now);
+  if (!link) {
+    count(Stat::ip_drop_unroutable);
+    return SendResult::unroutable;
   }
   Ipv4Header header;
   header.source = config.address;
@@ -184,22 +219,30 @@ SendResult Interface::Impl::send_udp(const UdpSend& request, Instant now,
   header.ttl = request.ttl;
   header.dscp = request.dscp;
   header.ecn = request.ecn;
-  PendingPacket frame = start_ipv4_packet(header);
-  const MutableByteSpan ip_packet = MutableByteSpan(frame).subspan(EthernetHeader::length());
-  const MutableByteSpan datagram = ip_packet.subspan(Ipv4Header::length());
-  UdpHeader{request.source_port, request.destination_port,
-            static_cast<std::uint16_t>(udp_length - UdpHeader::length())}
-      .emit(datagram);
-  if (!request.payload.empty()) {
-    std::memcpy(datagram.data() + UdpHeader::length(), request.payload.data(), request.payload.size());
+  // RFC 6864: the identification only matters for fragments; a counter is enough.
+  header.identification = next_identification++;
+  const std::size_t frame_length = EthernetHeader::length() + header.total_length();
+  count(Stat::ip_tx_packets);
+  count(Stat::udp_tx_datagrams);
+  if (link->mac) {
+    if (const MutableByteSpan slot = sink.prepare(frame_length); slot.size() >= frame_length) {
+      const MutableByteSpan frame = slot.first(frame_length);
+      build_udp(request, header, frame, finalizer);
+      EthernetHeader{*link->mac, config.mac, EtherType::ipv4}.emit(frame);
+      count(Stat::eth_tx_frames);
+      count(Stat::eth_tx_bytes, frame.size());
+      sink.transmit_prepared(frame);
+      return SendResult::sent;
+    }
   }
-  if (finalizer) finalizer->finalize(ip_packet);
-  if (request.compute_checksum) {
-    UdpHeader::fill_checksum(datagram, header.source, header.destination);
+  PendingPacket frame(frame_length);
+  build_udp(request, header, MutableByteSpan(frame), finalizer);
+  if (link->mac) {
+    transmit_to(*link->mac, EtherType::ipv4, frame);
+    return SendResult::sent;
   }
-  const SendResult result = send_ipv4(request.destination, std::move(frame), now);
-  if (result != SendResult::unroutable) count(Stat::udp_tx_datagrams);
-  return result;
+  arp.enqueue(link->hop, std::move(frame), now);
+  return SendResult::queued;
 }
 
 }  // namespace rrdma::stack

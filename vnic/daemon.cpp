@@ -158,6 +158,15 @@ class TapSink : public stack::FrameSink {
       ++direct_write_errors_;
     }
   }
+  // In a transmit slot when one is free: the stack builds the frame where the TAP write
+  // reads it from.
+  MutableByteSpan prepare(std::size_t size) override {
+    return loop_ == nullptr ? MutableByteSpan{} : loop_->prepare_transmit(size);
+  }
+  void transmit_prepared(MutableByteSpan frame) override {
+    capture_->on_frame(frame, FrameDirection::Sent);
+    loop_->transmit_prepared(frame.size());
+  }
   std::vector<std::pair<std::string, std::uint64_t>> counters() const {
     return {{"tx_direct_writes", direct_writes_}, {"tx_direct_write_errors", direct_write_errors_}};
   }

@@ -152,6 +152,17 @@ void EventLoop::arm_frame_reads() {
   }
 }
 
+std::uint8_t* EventLoop::slot_memory(std::uint32_t slot) const {
+  return tx_memory_ + static_cast<std::size_t>(slot) * config_.frame_buffer_size;
+}
+
+void EventLoop::queue_write(std::uint32_t slot, std::size_t size) {
+  io_uring_sqe* sqe = next_sqe();
+  io_uring_prep_write_fixed(sqe, frame_fd_, slot_memory(slot), static_cast<unsigned>(size), 0, 0);
+  io_uring_sqe_set_data64(sqe, tag(Kind::kWrite, slot));
+  ++inflight_;
+}
+
 bool EventLoop::transmit(ByteSpan frame) {
   if (frame.size() > config_.frame_buffer_size) {
     ++counters_.tx_oversize_drops;
@@ -163,13 +174,28 @@ bool EventLoop::transmit(ByteSpan frame) {
   }
   const std::uint32_t slot = free_tx_slots_.back();
   free_tx_slots_.pop_back();
-  std::uint8_t* buffer = tx_memory_ + static_cast<std::size_t>(slot) * config_.frame_buffer_size;
-  std::memcpy(buffer, frame.data(), frame.size());
-  io_uring_sqe* sqe = next_sqe();
-  io_uring_prep_write_fixed(sqe, frame_fd_, buffer, static_cast<unsigned>(frame.size()), 0, 0);
-  io_uring_sqe_set_data64(sqe, tag(Kind::kWrite, slot));
-  ++inflight_;
+  std::memcpy(slot_memory(slot), frame.data(), frame.size());
+  queue_write(slot, frame.size());
   return true;
+}
+
+MutableByteSpan EventLoop::prepare_transmit(std::size_t size) {
+  if (prepared_slot_) return MutableByteSpan(slot_memory(*prepared_slot_), config_.frame_buffer_size);
+  if (frame_fd_ < 0 || free_tx_slots_.empty() || size > config_.frame_buffer_size) return {};
+  prepared_slot_ = free_tx_slots_.back();
+  free_tx_slots_.pop_back();
+  return MutableByteSpan(slot_memory(*prepared_slot_), config_.frame_buffer_size);
+}
+
+void EventLoop::transmit_prepared(std::size_t size) {
+  if (!prepared_slot_) return;
+  const std::uint32_t slot = *std::exchange(prepared_slot_, std::nullopt);
+  if (size > config_.frame_buffer_size) {
+    ++counters_.tx_oversize_drops;
+    free_tx_slots_.push_back(slot);
+    return;
+  }
+  queue_write(slot, size);
 }
 
 void EventLoop::submit() {

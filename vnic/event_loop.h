@@ -85,6 +85,10 @@ class EventLoop {
   // Copies the frame into a transmit slot and queues its write; false (and counted)
   // when the queue is full or the frame does not fit a slot.
   bool transmit(ByteSpan frame);
+  // Building in place: a free transmit slot's memory (empty if none is free or `size` does
+  // not fit a slot), then transmit_prepared() queues its write. No copy; one at a time.
+  MutableByteSpan prepare_transmit(std::size_t size);
+  void transmit_prepared(std::size_t size);
   // Transmit slots not in flight. A caller that writes the frame device itself when none
   // is free calls submit() first, so that the frames already queued leave before its own.
   std::size_t free_transmit_slots() const { return free_tx_slots_.size(); }
@@ -122,6 +126,8 @@ class EventLoop {
   };
 
   io_uring_sqe* next_sqe();
+  std::uint8_t* slot_memory(std::uint32_t slot) const;
+  void queue_write(std::uint32_t slot, std::size_t size);
   void arm_frame_reads();
   void arm_watch(std::uint64_t id, int fd);
   void arm_timer(std::optional<Instant> deadline);
@@ -161,6 +167,7 @@ class EventLoop {
   std::uint8_t* tx_memory_ = nullptr;
   std::size_t tx_memory_bytes_ = 0;
   std::vector<std::uint32_t> free_tx_slots_;
+  std::optional<std::uint32_t> prepared_slot_;  // handed out by prepare_transmit()
 
   std::map<std::uint64_t, Watch> watches_;  // keyed by a never-reused id
   std::uint64_t next_watch_id_ = 1;

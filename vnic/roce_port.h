@@ -65,7 +65,6 @@ class RocePort final : public stack::UdpHandler, public verbs::PacketPort {
   stack::Interface& interface_;
   verbs::Nic* nic_ = nullptr;
   TransportObserver* observer_ = nullptr;
-  std::vector<std::uint8_t> scratch_;
   RocePortCounters counters_;
 };
 

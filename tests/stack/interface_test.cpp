@@ -469,6 +469,113 @@ TEST_CASE("interface: send_udp waits for ARP, then sends a finalized RoCE-style 
   CHECK(counter(iface, "udp", "tx_datagrams") == 2);
 }
 
+// A sink with transmit memory of its own, as the daemon's transmit slots: frames are built
+// in it. The memory starts full of junk, as a slot reused from an earlier, longer frame does.
+struct SlotSink : FrameSink {
+  Bytes slot = Bytes(2048, 0xEE);
+  bool room = true;
+  std::vector<Bytes> built_in_place;
+  std::vector<Bytes> copied;
+  void transmit(ByteSpan frame) override { copied.emplace_back(frame.begin(), frame.end()); }
+  MutableByteSpan prepare(std::size_t size) override {
+    return room && size <= slot.size() ? MutableByteSpan(slot) : MutableByteSpan{};
+  }
+  void transmit_prepared(MutableByteSpan frame) override {
+    CHECK(frame.data() == slot.data());
+    built_in_place.emplace_back(frame.begin(), frame.end());
+    std::fill(slot.begin(), slot.end(), 0xEE);
+  }
+};
+
+// Writes the payload in place, as the RoCE port writes the transport headers and data.
+struct PatternWriter : PayloadWriter {
+  std::size_t calls = 0;
+  std::size_t length_seen = 0;
+  void write(MutableByteSpan payload) override {
+    ++calls;
+    length_seen = payload.size();
+    for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::uint8_t>(i * 3);
+  }
+};
+
+TEST_CASE("interface: send_udp builds in the sink's memory, byte for byte what a copy would be",
+          "[interface][udp]") {
+  const auto learn_peer = [](Interface& iface) {
+    iface.receive_frame(arp_frame(ArpOperation::reply, our_mac, peer_mac, peer_ip, our_mac, our_ip), t0);
+  };
+  Bytes payload(1000);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::uint8_t>(i * 3);
+  UdpSend send;
+  send.destination = peer_ip;
+  send.source_port = 0xc0de;
+  send.destination_port = 4791;
+  send.trailer_length = 4;
+  send.compute_checksum = false;
+
+  // The reference: bytes copied through transmit(), once the peer's MAC is known.
+  RecordingSink plain_sink;
+  Interface plain(our_config(), plain_sink);
+  learn_peer(plain);
+  TrailerWriter plain_trailer;
+  send.payload = payload;
+  REQUIRE(plain.send_udp(send, t0, &plain_trailer) == SendResult::sent);
+  REQUIRE(plain_sink.frames.size() == 1);
+
+  // In place, with the payload written by a PayloadWriter.
+  SlotSink slots;
+  Interface in_place(our_config(), slots);
+  learn_peer(in_place);
+  TrailerWriter trailer;
+  PatternWriter writer;
+  send.payload = {};
+  send.payload_writer = &writer;
+  send.payload_length = payload.size();
+  REQUIRE(in_place.send_udp(send, t0, &trailer) == SendResult::sent);
+  CHECK(writer.calls == 1);
+  CHECK(writer.length_seen == payload.size());
+  REQUIRE(slots.built_in_place.size() == 1);
+  CHECK(slots.copied.empty());
+  CHECK(slots.built_in_place[0] == plain_sink.frames[0]);
+  // The finalizer saw a zero trailer, not the slot's junk.
+  REQUIRE(trailer.seen.size() == 1);
+  CHECK(same_bytes(ByteSpan(trailer.seen[0]).last(4), Bytes(4, 0)));
+  CHECK(counter(in_place, "udp", "tx_datagrams") == 1);
+  CHECK(counter(in_place, "ethernet", "tx_frames") == counter(plain, "ethernet", "tx_frames"));
+
+  // No room in the sink: built apart and copied, the same bytes.
+  slots.room = false;
+  REQUIRE(in_place.send_udp(send, t0, &trailer) == SendResult::sent);
+  REQUIRE(slots.copied.size() == 1);
+  CHECK(slots.built_in_place.size() == 1);
+  const auto copied_ip = Ipv4View::check(ip_of(slots.copied[0]));
+  REQUIRE(copied_ip);
+  CHECK(copied_ip->header_checksum_valid());
+  CHECK(same_bytes(UdpView::check(copied_ip->payload())->payload().first(payload.size()), payload));
+}
+
+TEST_CASE("interface: a datagram to a neighbour ARP has not resolved is not built in the sink",
+          "[interface][udp][arp]") {
+  SlotSink slots;
+  Interface iface(our_config(), slots);
+  PatternWriter writer;
+  UdpSend send;
+  send.destination = peer_ip;
+  send.source_port = 1;
+  send.destination_port = 4791;
+  send.payload_writer = &writer;
+  send.payload_length = 40;
+  REQUIRE(iface.send_udp(send, t0) == SendResult::queued);
+  CHECK(writer.calls == 1);             // built once, into the frame the ARP queue keeps
+  CHECK(slots.built_in_place.empty());  // the slot is not held while ARP waits
+  REQUIRE(slots.copied.size() == 1);    // the ARP request
+  iface.receive_frame(arp_frame(ArpOperation::reply, our_mac, peer_mac, peer_ip, our_mac, our_ip), t0);
+  REQUIRE(slots.copied.size() == 2);
+  const auto udp = UdpView::check(Ipv4View::check(ip_of(slots.copied[1]))->payload());
+  REQUIRE(udp);
+  CHECK(udp->length() == 8 + 40);
+  CHECK(udp->payload()[39] == static_cast<std::uint8_t>(39 * 3));
+}
+
 TEST_CASE("interface: routing on-link, via the gateway, or unroutable", "[interface][ipv4]") {
   RecordingSink sink;
   const Bytes payload{1, 2, 3};

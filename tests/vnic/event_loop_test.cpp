@@ -131,6 +131,31 @@ TEST_CASE("the transmit queue is bounded and counts what it drops", "[vnic][loop
   CHECK(pair.drain() == std::vector<Frame>{numbered_frame(1, 60), numbered_frame(2, 60)});
 }
 
+TEST_CASE("a frame built in a transmit slot leaves as written, and takes the slot until then", "[vnic][loop]") {
+  FramePair pair;
+  EventLoopConfig config;
+  config.tx_slots = 2;
+  config.frame_buffer_size = 2048;
+  EventLoop loop(config);
+  loop.attach_frame_device(pair.loop_end, [](ByteSpan, Instant) {});
+  CHECK(loop.prepare_transmit(2049).empty());  // does not fit a slot
+  const Frame built = numbered_frame(40, 300);
+  MutableByteSpan slot = loop.prepare_transmit(built.size());
+  REQUIRE(slot.size() >= built.size());
+  CHECK(loop.free_transmit_slots() == 1);
+  std::copy(built.begin(), built.end(), slot.begin());
+  loop.transmit_prepared(built.size());
+  CHECK(loop.transmit(numbered_frame(50, 60)));  // the second slot
+  CHECK(loop.prepare_transmit(60).empty());      // none left until a write completes
+  loop.add_timer_source([&](Instant now) -> std::optional<Instant> {
+    if (loop.counters().tap_tx_frames == 2) loop.stop();
+    return now + std::chrono::milliseconds(1);
+  });
+  loop.run();
+  CHECK(pair.drain() == std::vector<Frame>{built, numbered_frame(50, 60)});
+  CHECK(loop.free_transmit_slots() == 2);
+}
+
 TEST_CASE("a timer source runs again once its deadline has passed", "[vnic][loop]") {
   EventLoop loop(EventLoopConfig{});
   std::optional<Instant> asked_for;
