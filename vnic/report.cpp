@@ -112,7 +112,9 @@ NamedCounters named(const verbs::NicCounters& c) {
 
 NamedCounters named(const verbs::DmaCounters& c) {
   return {{"transfers", c.transfers}, {"refused", c.refused},     {"process_gone", c.process_gone},
-          {"faults", c.faults},       {"partial", c.partial},     {"other_errors", c.other_errors}};
+          {"faults", c.faults},       {"partial", c.partial},     {"other_errors", c.other_errors},
+          {"writes_queued", c.writes_queued}, {"combined_calls", c.combined_calls},
+          {"queued_writes_lost", c.queued_writes_lost}};
 }
 
 void add_layer(nlohmann::json& stats, std::string_view layer, const NamedCounters& counters) {
