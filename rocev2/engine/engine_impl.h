@@ -2,9 +2,11 @@
 // dispatch, timers), requester.cpp, completer.cpp and responder.cpp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -22,6 +24,16 @@ inline constexpr std::uint32_t kMaxUnackedPsns = 128;
 inline constexpr std::uint32_t kPacketsPerAckReq = 64;
 // The responder acknowledges at least every this many packets even without AckReq.
 inline constexpr std::uint32_t kPacketsPerAck = 64;
+
+// The most payload bytes the engine reads from registered memory in one gather (the
+// read-ahead, docs/TRANSPORT.md). Each Dma call has a fixed cost (the daemon's is a
+// process_vm_readv: a system call, a ptrace check, the pages looked up and pinned), so
+// one call per window instead of one per packet. 64 KiB is 16 packets at MTU 4096 (one
+// ib_write_bw message), cuts that cost by 16 and still sits in a core's L2 cache with
+// the frames it is copied into; larger windows would save little more. A multiple of
+// every path MTU, so that a window always ends on a packet boundary.
+inline constexpr std::size_t kReadAheadBytes = 64 * 1024;
+static_assert(kReadAheadBytes % 4096 == 0);
 
 // Packets of a message of `length` bytes at path MTU `mtu`; a zero-length message takes one.
 inline std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
@@ -57,6 +69,65 @@ struct Verdict {
   static Verdict operational_error(std::string_view why, WcStatus s = WcStatus::LocProtErr) {
     return {Kind::Nak, NakCode::RemoteOperationalError, s, AsyncEventType::QpFatal, why};
   }
+};
+
+// Payload bytes of one message read ahead for the packets the engine is about to send.
+// Valid only inside the engine call that filled it (ReadAheadScope): the application may
+// rewrite its buffer between two WQEs, and a retransmission must read memory again.
+class ReadAhead {
+ public:
+  // Whose message the bytes belong to: a send WQE or a READ's responses, by QP and first PSN.
+  struct Owner {
+    const Qp* qp = nullptr;
+    Psn first_psn{};
+    bool read_response = false;
+    bool operator==(const Owner&) const = default;
+  };
+
+  ReadAhead() : bytes_(kReadAheadBytes) {}
+
+  // Bytes [offset, offset + size) of `owner`'s message (size <= window <= kReadAheadBytes).
+  // When not held, `read(room)` first fills `window` bytes from `offset` on; nullopt (and
+  // nothing held) if that read failed.
+  template <typename Read>
+  std::optional<std::span<const std::uint8_t>> get(const Owner& owner, std::uint64_t offset,
+                                                   std::size_t size, std::size_t window, Read read) {
+    if (!holds(owner, offset, size)) {
+      held_ = false;
+      if (size > window || window > bytes_.size()) return std::nullopt;
+      if (!read(std::span<std::uint8_t>(bytes_.data(), window))) return std::nullopt;
+      held_ = true;
+      owner_ = owner;
+      begin_ = offset;
+      length_ = window;
+    }
+    return std::span<const std::uint8_t>(bytes_).subspan(static_cast<std::size_t>(offset - begin_), size);
+  }
+  void clear() { held_ = false; }
+
+ private:
+  bool holds(const Owner& owner, std::uint64_t offset, std::size_t size) const {
+    return held_ && owner == owner_ && offset >= begin_ && offset - begin_ <= length_ &&
+           size <= length_ - (offset - begin_);
+  }
+
+  std::vector<std::uint8_t> bytes_;  // allocated once
+  bool held_ = false;
+  Owner owner_;
+  std::uint64_t begin_ = 0;   // message offset of bytes_[0]
+  std::size_t length_ = 0;
+};
+
+// Forgets the read-ahead when the engine call that may fill it returns, however it returns.
+class ReadAheadScope {
+ public:
+  explicit ReadAheadScope(ReadAhead& r) : r_(r) {}
+  ReadAheadScope(const ReadAheadScope&) = delete;
+  ReadAheadScope& operator=(const ReadAheadScope&) = delete;
+  ~ReadAheadScope() { r_.clear(); }
+
+ private:
+  ReadAhead& r_;
 };
 
 class Engine::Impl {
@@ -99,6 +170,7 @@ class Engine::Impl {
   void send_read_request(Qp& qp, SendWqe& w, TransportPacket& p);
   void send_atomic_request(Qp& qp, SendWqe& w, TransportPacket& p);
   bool fill_segment(Qp& qp, SendWqe& w, TransportPacket& p);
+  std::size_t read_ahead_window(const Qp& qp, const SendWqe& w, std::uint64_t offset, std::size_t size) const;
   void retransmit_from(Qp& qp, Psn psn, Instant now, std::string_view reason);
   void on_timeout(Qp& qp, Instant now);
   void on_rnr_wait_over(Qp& qp, Instant now);
@@ -152,7 +224,8 @@ class Engine::Impl {
   std::unordered_map<std::uint32_t, std::unique_ptr<Qp>> qps_;
   std::uint32_t next_qpn_ = 17;  // rxe's first QP number as well (0x11 in every capture)
   EngineCounters counters_;
-  std::vector<std::uint8_t> scratch_;
+  std::vector<std::uint8_t> scratch_;  // inline payloads
+  ReadAhead read_ahead_;               // payloads from registered memory
 };
 
 }  // namespace rrdma::rocev2

@@ -44,6 +44,7 @@ bool is_send(WrOpcode op) {
 }  // namespace
 
 void Engine::Impl::pump(Qp& qp, Instant now) {
+  const ReadAheadScope read_ahead(read_ahead_);
   Requester& r = qp.req;
   const QpState s = qp.attr.state;
   if (s != QpState::Rts && s != QpState::Sqd) return;
@@ -189,22 +190,41 @@ bool Engine::Impl::fill_segment(Qp& qp, SendWqe& w, TransportPacket& p) {
     p.bth.ack_req = last || ++r.packets_since_ack_req >= kPacketsPerAckReq;
     if (p.bth.ack_req) r.packets_since_ack_req = 0;
   }
-  std::span<std::uint8_t> payload(scratch_.data(), size);
   if (w.wr.flags & send_flags::kInline) {
+    std::span<std::uint8_t> payload(scratch_.data(), size);
     // An empty inline payload has no data(): memcpy from a null pointer is UB even for 0 bytes.
     if (size != 0) std::memcpy(payload.data(), w.wr.inline_data.data() + offset, size);
-  } else if (!gather(dma_, w.sges, offset, payload)) {
-    // The memory behind a checked SGE vanished (its process is gone): nothing sensible
-    // remains for this QP. The WQE fails first, then the error state flushes the rest.
-    complete_send(qp, w, WcStatus::LocProtErr);
-    r.sq.erase(r.sq.begin() + static_cast<std::ptrdiff_t>(r.next_send));
-    enter_error(qp, "local memory unreadable", std::nullopt);
-    return false;
+    p.payload = payload;
+  } else if (size != 0) {
+    const std::optional<std::span<const std::uint8_t>> payload =
+        read_ahead_.get({&qp, w.first_psn, false}, offset, size, read_ahead_window(qp, w, offset, size),
+                        [&](std::span<std::uint8_t> room) { return gather(dma_, w.sges, offset, room); });
+    if (!payload) {
+      // The memory behind a checked SGE vanished (its process is gone): nothing sensible
+      // remains for this QP. The WQE fails first, then the error state flushes the rest.
+      complete_send(qp, w, WcStatus::LocProtErr);
+      r.sq.erase(r.sq.begin() + static_cast<std::ptrdiff_t>(r.next_send));
+      enter_error(qp, "local memory unreadable", std::nullopt);
+      return false;
+    }
+    p.payload = *payload;
   }
-  p.payload = payload;
   ++r.next_psn;
   ++w.next_packet;
   return true;
+}
+
+// The bytes of `w` from `offset` on that this pump() will certainly send, for the
+// read-ahead: the rest of the message, on RC only as many packets as the unacknowledged-PSN
+// window still admits, and at most kReadAheadBytes. Never less than the packet itself.
+std::size_t Engine::Impl::read_ahead_window(const Qp& qp, const SendWqe& w, std::uint64_t offset,
+                                            std::size_t size) const {
+  std::uint64_t window = std::min<std::uint64_t>(w.length - offset, kReadAheadBytes);
+  if (qp.type == QpType::Rc) {
+    const std::uint32_t in_flight = std::min(qp.req.next_psn.distance_from(qp.req.comp_psn), kMaxUnackedPsns);
+    window = std::min<std::uint64_t>(window, std::uint64_t{kMaxUnackedPsns - in_flight} * qp.attr.path_mtu);
+  }
+  return static_cast<std::size_t>(std::max<std::uint64_t>(window, size));
 }
 
 // Go back N (IBA ch. 9, requester retry): resend every packet from `psn` on, with the same PSNs.

@@ -323,6 +323,7 @@ Verdict Engine::Impl::execute_atomic(Qp& qp, const TransportPacket& p) {
 // READ responses FIRST (AETH) MIDDLE* LAST (AETH), or ONLY (AETH), as rxe sends them.
 bool Engine::Impl::send_read_responses(Qp& qp, const MrFacts* mr, std::uint64_t va, std::uint32_t length,
                                        Psn first, bool duplicate) {
+  const ReadAheadScope read_ahead(read_ahead_);
   const std::uint32_t mtu = qp.attr.path_mtu;
   const std::uint32_t n = packets_for(length, mtu);
   for (std::uint32_t k = 0; k < n; ++k) {
@@ -333,9 +334,15 @@ bool Engine::Impl::send_read_responses(Qp& qp, const MrFacts* mr, std::uint64_t 
     if (opcode_info(out.bth.opcode).flags.has(OpcodeFlags::kAeth)) out.aeth = Aeth{ack_syndrome(), qp.resp.msn};
     const std::uint64_t offset = std::uint64_t{k} * mtu;
     const std::size_t size = static_cast<std::size_t>(std::min<std::uint64_t>(mtu, length - offset));
-    std::span<std::uint8_t> payload(scratch_.data(), size);
-    if (size > 0 && !dma_.read(*mr, va + offset, payload)) return false;
-    out.payload = payload;
+    if (size > 0) {
+      // Every response of this READ goes out now: read ahead up to the end of the READ.
+      const std::size_t window = static_cast<std::size_t>(std::min<std::uint64_t>(length - offset, kReadAheadBytes));
+      const std::optional<std::span<const std::uint8_t>> payload =
+          read_ahead_.get({&qp, first, true}, offset, size, window,
+                          [&](std::span<std::uint8_t> room) { return dma_.read(*mr, va + offset, room); });
+      if (!payload) return false;
+      out.payload = *payload;
+    }
     emit(qp, qp.attr.dest_ip, out, duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent,
          opcode_info(out.bth.opcode).name);
   }

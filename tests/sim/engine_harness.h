@@ -47,6 +47,14 @@ class PlainMemory final : public MrTable, public Dma {
     std::memcpy(bytes(mr).data() + (addr - mr.base), &v, 8);
   }
   int out_of_bounds = 0;  // accesses the engine should have refused
+  // Every Dma::read the engine made, to count them (tests/sim/engine_readahead_test.cpp).
+  struct Read {
+    std::uint64_t addr;
+    std::size_t size;
+    bool operator==(const Read&) const = default;
+  };
+  std::vector<Read> reads;
+  bool reads_fail = false;  // Dma::read finds the memory unreachable (its process is gone)
 
   std::optional<MrFacts> find_lkey(Lkey key) const override {
     for (const Region& r : regions_)
@@ -67,6 +75,8 @@ class PlainMemory final : public MrTable, public Dma {
     return false;
   }
   bool read(const MrFacts& mr, std::uint64_t addr, std::span<std::uint8_t> out) override {
+    reads.push_back({addr, out.size()});
+    if (reads_fail) return false;
     std::uint8_t* p = reach(mr, addr, out.size());
     if (!p) return false;
     std::memcpy(out.data(), p, out.size());
