@@ -66,8 +66,9 @@ struct NicConfig {
   int netdev_mtu = 1500;        // the active MTU follows from it (device_caps.h)
   bool link_up = true;
   // Where the daemon's received frames live (the event loop's receive buffers). When set,
-  // the payload writes of received packets are combined (ProcessDma::combine_writes_from)
-  // and the caller calls end_of_frames() before that memory is reused.
+  // the payload writes of received packets are combined (ProcessDma::combine_writes_from),
+  // ACKs are coalesced per batch (Engine::hold_acks), and the caller calls end_of_frames()
+  // after each batch, before that memory is reused.
   std::span<const std::uint8_t> frame_memory;
 };
 
@@ -111,9 +112,13 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
 
   // A RoCE v2 packet the port parsed and verified, addressed to this vnic.
   void receive(const rocev2::TransportPacket& packet, const rocev2::PacketSource& from, Instant now);
-  // The received frames handed to receive() are about to be reused: their payloads must be
-  // in the applications' memory now.
-  void end_of_frames() { dma_.flush(); }
+  // The end of a batch of received frames, which are about to be reused: their payloads
+  // must be in the applications' memory now, and the ACKs held for the batch go out (each
+  // send flushes the writes first, so no ACK overtakes its data).
+  void end_of_frames() {
+    engine_.release_acks();
+    dma_.flush();
+  }
   // Runs the engine's timers and any deferred work; then next_deadline() says when to call
   // again (now, if work was left for the next turn of the loop).
   void advance(Instant now);

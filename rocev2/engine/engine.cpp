@@ -58,6 +58,8 @@ void Engine::receive(const TransportPacket& packet, const PacketSource& from, In
   impl_->receive(packet, from, now);
 }
 void Engine::advance(Instant now) { impl_->advance(now); }
+void Engine::hold_acks(bool on) { impl_->hold_acks(on); }
+void Engine::release_acks() { impl_->release_acks(); }
 std::optional<Instant> Engine::next_deadline() const { return impl_->next_deadline(); }
 const EngineCounters& Engine::counters() const { return impl_->counters(); }
 

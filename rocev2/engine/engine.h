@@ -91,6 +91,15 @@ class Engine {
 
   // A packet the wire layer parsed and verified (ICRC), addressed to this engine.
   void receive(const TransportPacket& packet, const PacketSource& from, Instant now);
+  // ACK coalescing across a batch of received packets (IBA 9.7.5.1.2: an ACK acknowledges
+  // every earlier PSN). While held, the positive ACK a QP's responder owes is kept, one per
+  // QP and always the latest, until release_acks(). A caller that receives frames in
+  // batches (the daemon) holds ACKs and releases them after each batch, so a burst of N
+  // requests costs one ACK instead of N. A NAK, READ response or atomic ACK the QP sends
+  // meanwhile acknowledges the same PSNs and replaces the held ACK. Off by default.
+  void hold_acks(bool on);
+  // Sends every held ACK (of QPs that still exist and are not in RESET or ERR).
+  void release_acks();
   // Runs the timers due at `now` (retransmission, RNR waits).
   void advance(Instant now);
   // The earliest instant at which advance() has work, if any.

@@ -143,6 +143,8 @@ class Engine::Impl {
   VerbResult post_recv(Qpn qpn, RecvWr wr);
   void receive(const TransportPacket& packet, const PacketSource& from, Instant now);
   void advance(Instant now);
+  void hold_acks(bool on);
+  void release_acks();
   std::optional<Instant> next_deadline() const;
   const EngineCounters& counters() const { return counters_; }
 
@@ -211,6 +213,8 @@ class Engine::Impl {
                            Psn first, bool duplicate);
   void send_atomic_ack(Qp& qp, Psn psn, std::uint64_t original, bool duplicate);
   void send_ack(Qp& qp, Psn psn, std::uint8_t syndrome, PacketDecision d, std::string_view why);
+  void owe_ack(Qp& qp, Psn psn);
+  void answered(Qp& qp, Psn last);
   void refuse(Qp& qp, const TransportPacket& p, const Verdict& v);
   void remember(Qp& qp, ReplayEntry e);
   const ReplayEntry* recall(const Qp& qp, Psn psn) const;
@@ -226,6 +230,8 @@ class Engine::Impl {
   EngineCounters counters_;
   std::vector<std::uint8_t> scratch_;  // inline payloads
   ReadAhead read_ahead_;               // payloads from registered memory
+  bool hold_acks_ = false;
+  std::vector<Qpn> acks_held_;         // QPs whose responder holds an ACK (Responder::held_ack)
 };
 
 }  // namespace rrdma::rocev2

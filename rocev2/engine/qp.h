@@ -70,6 +70,7 @@ struct Responder {
   bool nak_sent_for_gap = false;   // one NAK per PSN gap (rxe: sent_psn_nak)
   std::uint32_t packets_since_ack = 0;
   bool duplicate_acked = false;    // a duplicate since the last new request was re-ACKed
+  std::optional<Psn> held_ack;     // a positive ACK owed, sent by release_acks() (hold_acks)
   // The message in progress: SEND (a receive WQE being filled) or WRITE (a remote range).
   enum class InProgress : std::uint8_t { None, Send, Write } in_progress = InProgress::None;
   std::vector<ResolvedSge> recv_sges;

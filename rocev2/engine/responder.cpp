@@ -77,10 +77,42 @@ void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p) {
   observe(qp, p.bth, PacketDecision::Accepted, opcode_info(p.bth.opcode).name);
   if (!f.has(OpcodeFlags::kSend) && !f.has(OpcodeFlags::kWrite)) return;  // answered already
   // IBA 9.7.5.1.2 allows coalescing: one ACK covers every earlier PSN. We answer AckReq and
-  // otherwise at least every kPacketsPerAck packets.
+  // otherwise at least every kPacketsPerAck packets; when ACKs are held, once per batch.
   ++s.packets_since_ack;
-  if (p.bth.ack_req || s.packets_since_ack >= kPacketsPerAck)
-    send_ack(qp, psn, ack_syndrome(), PacketDecision::Sent, "ACK");
+  if (!p.bth.ack_req && s.packets_since_ack < kPacketsPerAck) return;
+  if (hold_acks_) owe_ack(qp, psn);
+  else send_ack(qp, psn, ack_syndrome(), PacketDecision::Sent, "ACK");
+}
+
+void Engine::Impl::owe_ack(Qp& qp, Psn psn) {
+  if (!qp.resp.held_ack) acks_held_.push_back(qp.qpn);
+  qp.resp.held_ack = psn;
+}
+
+void Engine::Impl::hold_acks(bool on) {
+  hold_acks_ = on;
+  if (!on) release_acks();
+}
+
+void Engine::Impl::release_acks() {
+  // send_ack() reaches the host only, never back into the engine: acks_held_ stays as it is.
+  for (const Qpn qpn : acks_held_) {
+    Qp* qp = find(qpn);
+    if (qp == nullptr || !qp->resp.held_ack) continue;  // destroyed, or answered since
+    const QpState state = qp->attr.state;
+    if (state == QpState::Reset || state == QpState::Err) continue;
+    send_ack(*qp, *qp->resp.held_ack, ack_syndrome(), PacketDecision::Sent, "ACK");
+  }
+  acks_held_.clear();
+}
+
+// The responder sent a packet that acknowledges every PSN up to `last` (an ACK, a NAK's
+// PSN - 1 and below, the last READ response, an atomic ACK): the count towards the next
+// unrequested ACK restarts, and a held ACK it covers is no longer owed. A duplicate READ's
+// responses carry old PSNs and cover nothing new.
+void Engine::Impl::answered(Qp& qp, Psn last) {
+  qp.resp.packets_since_ack = 0;
+  if (qp.resp.held_ack && !last.before(*qp.resp.held_ack)) qp.resp.held_ack.reset();
 }
 
 // IBA ch. 9 duplicate rules: a duplicate request is answered again and never executed twice for its
@@ -346,7 +378,7 @@ bool Engine::Impl::send_read_responses(Qp& qp, const MrFacts* mr, std::uint64_t 
     emit(qp, qp.attr.dest_ip, out, duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent,
          opcode_info(out.bth.opcode).name);
   }
-  qp.resp.packets_since_ack = 0;
+  answered(qp, first + (n - 1));
   return true;
 }
 
@@ -358,7 +390,7 @@ void Engine::Impl::send_atomic_ack(Qp& qp, Psn psn, std::uint64_t original, bool
   out.aeth = Aeth{ack_syndrome(), qp.resp.msn};
   out.atomic_ack_eth = AtomicAckEth{original};
   emit(qp, qp.attr.dest_ip, out, duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent, "ATOMIC_ACKNOWLEDGE");
-  qp.resp.packets_since_ack = 0;
+  answered(qp, psn);
 }
 
 void Engine::Impl::send_ack(Qp& qp, Psn psn, std::uint8_t syndrome, PacketDecision d, std::string_view why) {
@@ -368,7 +400,8 @@ void Engine::Impl::send_ack(Qp& qp, Psn psn, std::uint8_t syndrome, PacketDecisi
   out.bth.psn = psn;
   out.aeth = Aeth{syndrome, qp.resp.msn};
   emit(qp, qp.attr.dest_ip, out, d, why);
-  qp.resp.packets_since_ack = 0;
+  // A NAK's PSN is the one not executed: it acknowledges those before it.
+  answered(qp, syndrome == ack_syndrome() ? psn : psn - 1);
 }
 
 // A request the responder cannot execute (IBA ch. 9 responder error classes): NAK it with

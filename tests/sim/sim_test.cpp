@@ -93,6 +93,20 @@ TEST_CASE("sim: all operations at 30% loss, reorder, duplication, corruption", "
   run_and_check(c, 4, 2);
 }
 
+TEST_CASE("sim: held ACKs (released per batch, as in the daemon) at 0% and 10% loss", "[sim]") {
+  SimConfig c;
+  c.hold_acks = true;
+  SECTION("perfect link") {
+    c.faults = faults_at(0);
+    run_and_check(c, 10, 3);
+  }
+  SECTION("10% loss, reorder, duplication, corruption") {
+    c.faults = faults_at(100'000);
+    c.allow_retry_exceeded = true;
+    run_and_check(c, 11, 3);
+  }
+}
+
 // The peer vanishes at a time that depends on the seed.
 struct CutRun {
   static constexpr bool kScalable = false;   // the QPs must not run out of work

@@ -228,6 +228,8 @@ Simulation::Simulation(const SimConfig& config)
   b_->connect(b_to_a_, a);
   a_->set_now(now_);
   b_->set_now(now_);
+  a_->engine().hold_acks(config.hold_acks);
+  b_->engine().hold_acks(config.hold_acks);
   report_.seed = config.seed;
   switch (config.sabotage) {
     case Sabotage::None: break;
@@ -971,6 +973,8 @@ void Simulation::step(Instant now) {
   while (auto action = actions_.pop_due(now)) (*action)();
   while (auto frame = a_to_b_.receive(now)) b_->deliver(*frame, now);
   while (auto frame = b_to_a_.receive(now)) a_->deliver(*frame, now);
+  b_->engine().release_acks();  // nothing is held unless config_.hold_acks
+  a_->engine().release_acks();
   for (Node* node : {a_.get(), b_.get()}) {
     auto deadline = node->engine().next_deadline();
     if (deadline && *deadline <= now) {

@@ -56,6 +56,9 @@ struct SimConfig {
   // One RC READ/WRITE/atomic in this many (0: none) carries an R_Key that names no region.
   std::uint32_t bad_rkey_one_in = 0;
   Sabotage sabotage = Sabotage::None;
+  // The daemon's ACK coalescing (Engine::hold_acks): both engines hold ACKs and release
+  // them after each batch of frames delivered at one instant.
+  bool hold_acks = false;
 };
 
 struct SimReport {

@@ -53,6 +53,11 @@ expect_ge() {
   [[ "$1" =~ ^[0-9]+$ ]] || fail "$3: '$1' is not a number"
   (( $1 >= $2 )) || fail "$3: expected at least $2, got $1"
 }
+# expect_le ACTUAL MAXIMUM WHAT (integers)
+expect_le() {
+  [[ "$1" =~ ^[0-9]+$ ]] || fail "$3: '$1' is not a number"
+  (( $1 <= $2 )) || fail "$3: expected at most $2, got $1"
+}
 
 # ---------------------------------------------------------------------------------------
 # Preconditions. Each missing one makes the test skip, loudly.

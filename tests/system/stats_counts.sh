@@ -4,8 +4,13 @@
 # Each message is 8 packets: RDMA WRITE FIRST, 6 MIDDLE, LAST, and the last asks for an ACK.
 #   clean run:   B sends exactly 100 FIRST, 600 MIDDLE, 100 LAST (beyond retransmissions,
 #                which it counts per opcode) with 1024 payload bytes each; A receives what B
-#                sent; A's ACKs are B's ACKs; without retransmissions exactly 100 of them.
-#   lossy run:   nftables on the bridge drops every 40th RoCE frame towards A. B's first
+#                sent; A's ACKs are B's ACKs; without retransmissions between 1 and 100 of
+#                them (an AckReq on each LAST, but the daemon answers a batch of received
+#                frames with one ACK per QP: docs/TRANSPORT.md, "Held ACKs").
+#   lossy run:   nftables on the bridge drops one RoCE frame in 40 towards A, at random
+#                (a fixed period can line up with go-back-N: when B resends a whole
+#                128-PSN window, every 40th frame can be the resent packet at the gap
+#                again, each time, until B's retries run out). B's first
 #                transmissions are still exactly 800; A receives B's packets minus the
 #                frames nftables dropped; A sends PSN-sequence NAKs and B receives exactly
 #                those; B retransmits.
@@ -99,20 +104,21 @@ write_bw clean 0
 snapshot 1
 check_run 0 1 0
 if (( RETRANSMITTED == 0 )); then
-  delta a 0 1 roce_acks.tx_acks
-  expect_eq "$D" "$ITERS" "ACKs A sent: one per message (AckReq on each LAST)"
+  delta a 0 1 roce_acks.tx_acks; acks=$D
+  expect_ge "$acks" 1 "ACKs A sent: at least one"
+  expect_le "$acks" "$ITERS" "ACKs A sent: at most one per message (AckReq on each LAST)"
   delta a 0 1 roce_opcodes.rc_acknowledge.tx_packets
-  expect_eq "$D" "$ITERS" "Acknowledge packets A sent"
+  expect_eq "$D" "$acks" "Acknowledge packets A sent"
 else
   log "  (retransmissions on a loaded machine: the ACK count is checked only against B's)"
 fi
 
-log "lossy run: nftables drops every 40th RoCE frame towards $VNIC_A_IP"
+log "lossy run: nftables drops one RoCE frame in 40 towards $VNIC_A_IP, at random"
 host nft -f - <<NFT || fail "cannot load the nftables rule"
 table bridge rrdma_stats {
   chain forward {
     type filter hook forward priority 0; policy accept;
-    ether type ip ip daddr $VNIC_A_IP udp dport 4791 numgen inc mod 40 == 39 counter drop
+    ether type ip ip daddr $VNIC_A_IP udp dport 4791 numgen random mod 40 == 0 counter drop
   }
 }
 NFT
