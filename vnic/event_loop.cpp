@@ -130,7 +130,20 @@ io_uring_sqe* EventLoop::next_sqe() {
 void EventLoop::attach_frame_device(int fd, FrameHandler on_frame) {
   frame_fd_ = fd;
   on_frame_ = std::move(on_frame);
+  // The device in io_uring's registered file table: every read and write then skips the
+  // per-operation file lookup and reference count (fget/fput). The plain fd still works
+  // if the kernel refuses.
+  const int rc = frame_file_fixed_ ? io_uring_register_files_update(&ring_, 0, &fd, 1)
+                                   : io_uring_register_files(&ring_, &fd, 1);
+  frame_file_fixed_ = rc >= 0;
+  counters_.fixed_file = frame_file_fixed_ ? 1 : 0;
   arm_frame_reads();
+}
+
+void EventLoop::target_frame_device(io_uring_sqe* sqe) const {
+  if (!frame_file_fixed_) return;
+  sqe->fd = 0;  // its index in the registered file table
+  sqe->flags |= IOSQE_FIXED_FILE;
 }
 
 void EventLoop::arm_frame_reads() {
@@ -144,6 +157,7 @@ void EventLoop::arm_frame_reads() {
       io_uring_prep_read(sqe, frame_fd_, nullptr,
                          static_cast<unsigned>(config_.frame_buffer_size), 0);
     }
+    target_frame_device(sqe);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = kBufferGroup;
     io_uring_sqe_set_data64(sqe, tag(Kind::kFrameRead));
@@ -159,6 +173,7 @@ std::uint8_t* EventLoop::slot_memory(std::uint32_t slot) const {
 void EventLoop::queue_write(std::uint32_t slot, std::size_t size) {
   io_uring_sqe* sqe = next_sqe();
   io_uring_prep_write_fixed(sqe, frame_fd_, slot_memory(slot), static_cast<unsigned>(size), 0, 0);
+  target_frame_device(sqe);
   io_uring_sqe_set_data64(sqe, tag(Kind::kWrite, slot));
   ++inflight_;
 }

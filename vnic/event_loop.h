@@ -59,6 +59,7 @@ struct LoopCounters {
   std::uint64_t submits = 0;
   std::uint64_t timer_expirations = 0;
   std::uint64_t multishot_read = 0;       // 1 when the kernel supports it
+  std::uint64_t fixed_file = 0;           // 1 when the frame device is a registered file
 };
 
 class EventLoop {
@@ -129,6 +130,7 @@ class EventLoop {
   std::uint8_t* slot_memory(std::uint32_t slot) const;
   void queue_write(std::uint32_t slot, std::size_t size);
   void arm_frame_reads();
+  void target_frame_device(io_uring_sqe* sqe) const;
   void arm_watch(std::uint64_t id, int fd);
   void arm_timer(std::optional<Instant> deadline);
   std::optional<Instant> run_timer_sources(Instant now);
@@ -153,6 +155,7 @@ class EventLoop {
   FrameHandler on_frame_;
   std::function<void()> frames_done_;
   bool multishot_read_ = false;
+  bool frame_file_fixed_ = false;  // frame_fd_ is index 0 of the registered files
   unsigned reads_in_flight_ = 0;
   unsigned consecutive_read_errors_ = 0;
   // After a run of read errors the reads rest until this instant instead of spinning.

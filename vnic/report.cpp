@@ -140,7 +140,8 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const LoopCounters& c) 
           {"completions", c.completions},
           {"submits", c.submits},
           {"timer_expirations", c.timer_expirations},
-          {"multishot_read", c.multishot_read}};
+          {"multishot_read", c.multishot_read},
+          {"fixed_file", c.fixed_file}};
 }
 
 nlohmann::json stats_json(const std::vector<stack::Counter>& stack_counters,
