@@ -87,11 +87,12 @@ Nic::Nic(const NicConfig& config, PacketPort& port, FdWatcher& watcher)
       dma_(mrs_),
       engine_(static_cast<rocev2::EngineHost&>(*this), mrs_, dma_,
               static_cast<rocev2::EngineObserver*>(this)) {
-  // Frames come in batches with an end (end_of_frames): combine their writes, and answer
-  // each QP's requests with one ACK per batch.
+  // Frames come in batches with an end (end_of_frames): combine their writes, answer each
+  // QP's requests with one ACK per batch, publish completions once per batch.
   if (!config.frame_memory.empty()) {
     dma_.combine_writes_from(config.frame_memory);
     engine_.hold_acks(true);
+    batched_frames_ = true;
   }
 }
 

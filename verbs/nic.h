@@ -113,12 +113,10 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   // A RoCE v2 packet the port parsed and verified, addressed to this vnic.
   void receive(const rocev2::TransportPacket& packet, const rocev2::PacketSource& from, Instant now);
   // The end of a batch of received frames, which are about to be reused: their payloads
-  // must be in the applications' memory now, and the ACKs held for the batch go out (each
-  // send flushes the writes first, so no ACK overtakes its data).
-  void end_of_frames() {
-    engine_.release_acks();
-    dma_.flush();
-  }
+  // must be in the applications' memory now, the ACKs held for the batch go out (each
+  // send flushes the writes first, so no ACK overtakes its data), and the completions
+  // the batch made are published (after the writes they announce).
+  void end_of_frames();
   // Runs the engine's timers and any deferred work; then next_deadline() says when to call
   // again (now, if work was left for the next turn of the loop).
   void advance(Instant now);
@@ -202,6 +200,7 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   void check_srq_limit(Srq& srq);
   void srq_failed(Srq& srq);
   void settle(Instant now);
+  void run_deferred(Instant now);
   void publish();
   Qp* qp_by_qpn(rocev2::Qpn qpn);
   rocev2::QpState engine_state(const Qp& qp) const;
@@ -233,6 +232,10 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   std::set<Handle> solicited_cqs_;  // ... among which a solicited or error one
   std::set<Handle> dirty_contexts_; // pushed events not yet published
   bool work_left_ = false;          // settle() stopped at its budget
+  // Frames arrive in batches with an end (NicConfig::frame_memory): what they complete is
+  // published once per batch, by end_of_frames(), so that the batch's payload writes stay
+  // combined instead of being flushed before every completion.
+  bool batched_frames_ = false;
 
   NicCounters counters_;
   rocev2::EngineObserver* extra_observer_ = nullptr;

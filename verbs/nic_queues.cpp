@@ -280,6 +280,11 @@ void Nic::srq_failed(Srq& srq) {
 }
 
 void Nic::settle(Instant now) {
+  run_deferred(now);
+  publish();
+}
+
+void Nic::run_deferred(Instant now) {
   for (int round = 0; round < kSettleRounds; ++round) {
     if (overrun_cqs_.empty() && to_fail_.empty() && to_pump_.empty()) break;
     for (Handle handle : std::exchange(overrun_cqs_, {}))
@@ -290,7 +295,6 @@ void Nic::settle(Instant now) {
       if (auto it = qps_.find(handle); it != qps_.end()) pump(*it->second, now);
   }
   work_left_ = !(overrun_cqs_.empty() && to_fail_.empty() && to_pump_.empty());
-  publish();
 }
 
 // Makes the pushed CQEs and events visible and signals whoever asked: a CQ's channel when
@@ -366,7 +370,14 @@ rocev2::QpState Nic::engine_state(const Qp& qp) const {
 void Nic::receive(const rocev2::TransportPacket& packet, const rocev2::PacketSource& from, Instant now) {
   now_ = now;
   engine_.receive(packet, from, now);
-  settle(now);
+  run_deferred(now);
+  if (!batched_frames_) publish();
+}
+
+void Nic::end_of_frames() {
+  engine_.release_acks();
+  publish();
+  dma_.flush();
 }
 
 void Nic::advance(Instant now) {
