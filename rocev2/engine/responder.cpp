@@ -101,7 +101,9 @@ void Engine::Impl::release_acks() {
     if (qp == nullptr || !qp->resp.held_ack) continue;  // destroyed, or answered since
     const QpState state = qp->attr.state;
     if (state == QpState::Reset || state == QpState::Err) continue;
-    send_ack(*qp, *qp->resp.held_ack, ack_syndrome(), PacketDecision::Sent, "ACK");
+    // Everything received in order so far, not just the held PSN: a message that ended
+    // after it without AckReq is covered too, and PSN and MSN describe the same point.
+    send_ack(*qp, qp->resp.expected_psn - 1, ack_syndrome(), PacketDecision::Sent, "ACK");
   }
   acks_held_.clear();
 }

@@ -81,6 +81,25 @@ TEST_CASE("held ACKs: five WRITEs with AckReq in one batch are answered by one A
   CHECK(all_succeeded(done));
 }
 
+TEST_CASE("a released ACK covers a message that ended after the held PSN without AckReq") {
+  Setup s;
+  Pair& p = s.pair;
+  p.b.engine.hold_acks(true);
+  s.post_write(1, 1000);
+  s.post_write(2, 1000, 1000);
+  std::vector<Captured> writes = p.a.host.take_sent();
+  REQUIRE(writes.size() == 2);
+  writes[1].packet.bth.ack_req = false;  // another requester's choice: legal, if unusual
+  p.deliver(p.a, p.b, writes);
+  p.b.engine.release_acks();
+  const std::vector<Captured> acks = p.b.host.take_sent();
+  REQUIRE(acks.size() == 1);
+  CHECK(acks[0].packet.bth.psn == p.a_psn + 1);
+  CHECK(acks[0].packet.aeth->msn == Msn(2));
+  p.deliver(p.b, p.a, acks);
+  CHECK(p.a.host.completions.size() == 2);
+}
+
 TEST_CASE("without holding, the responder answers every AckReq at once") {
   Setup s;
   Pair& p = s.pair;
