@@ -190,7 +190,8 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   // nic_queues.cpp: rings, doorbells, completions, events
   void on_doorbell(Handle qp, Instant now);
   void pump(Qp& qp, Instant now);
-  bool post_one(Qp& qp, rocev2::SendWr wr, Instant now);
+  void take_send_ring(Qp& qp);
+  bool post_one(Qp& qp, rocev2::SendWr wr);
   void refuse_wqe(Qp& qp, const SendWqe& wqe, rocev2::WcStatus status);
   void flush_receive_ring(Qp& qp);
   void fail_qp(Qp& qp, std::uint32_t event, Instant now);

@@ -103,15 +103,22 @@ void Nic::on_doorbell(Handle handle, Instant now) {
   settle(now);
 }
 
-// Moves WQEs from the SQ ring into the engine until the ring is empty (then asks for the
-// doorbell), the engine is full (one WQE is held), a WQE is refused, or the budget is spent.
-// WQEs posted before RTS wait in the ring; in the error state the engine flushes them.
+// Moves WQEs from the SQ ring into the engine, then lets the engine send them all at once
+// (one gather reads their payloads). WQEs posted before RTS wait in the ring; in the error
+// state the engine flushes them.
 void Nic::pump(Qp& qp, Instant now) {
   const rocev2::QpState state = engine_state(qp);
   if (state == rocev2::QpState::Err) flush_receive_ring(qp);
   if (state == rocev2::QpState::Reset || state == rocev2::QpState::Init || state == rocev2::QpState::Rtr) return;
   if (qp.sq_broken || qp.refused) return;
-  if (qp.held && !post_one(qp, *qp.held, now)) return;
+  take_send_ring(qp);
+  engine_.start_sends(qp.qpn, now);
+}
+
+// Takes WQEs until the ring is empty (then asks for the doorbell), the engine is full (one
+// WQE is held), a WQE is refused, or the budget is spent (then comes back later).
+void Nic::take_send_ring(Qp& qp) {
+  if (qp.held && !post_one(qp, *qp.held)) return;
   for (std::uint32_t budget = qp.sq->capacity(); budget > 0; --budget) {
     SendWqe wqe{};
     const PopResult popped = qp.sq->try_pop_value(wqe);
@@ -141,15 +148,15 @@ void Nic::pump(Qp& qp, Instant now) {
       wr.ud_dest_ip = ah->second->dest;
     }
     ++counters_.send_wqes;
-    if (!post_one(qp, std::move(wr), now)) return;
+    if (!post_one(qp, std::move(wr))) return;
   }
   to_pump_.insert(qp.handle);
   work_left_ = true;
 }
 
 // False when the engine has no room (or the QP left the states that send): the WQE waits.
-bool Nic::post_one(Qp& qp, rocev2::SendWr wr, Instant now) {
-  switch (engine_.post_send(qp.qpn, wr, now)) {
+bool Nic::post_one(Qp& qp, rocev2::SendWr wr) {
+  switch (engine_.queue_send(qp.qpn, wr)) {
     case rocev2::VerbResult::Ok: qp.held.reset(); return true;
     case rocev2::VerbResult::QueueFull:
     case rocev2::VerbResult::InvalidState:

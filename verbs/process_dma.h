@@ -34,12 +34,7 @@ struct DmaCounters {
   std::uint64_t queued_writes_lost = 0;
 };
 
-// One piece of a scatter/gather list: `length` bytes at iova `addr` of the region `mr`.
-struct DmaPiece {
-  rocev2::MrFacts mr;
-  std::uint64_t addr = 0;
-  std::uint64_t length = 0;
-};
+using rocev2::DmaPiece;
 
 class ProcessDma final : public rocev2::Dma {
  public:
@@ -61,7 +56,7 @@ class ProcessDma final : public rocev2::Dma {
   // Scatter/gather: `out` / `in` is the concatenation of `pieces` (its size must be their
   // total length). Every piece is checked before the first byte moves; pieces of one process
   // go to the kernel together, one process_vm_* call per IOV_MAX pieces.
-  bool read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out);
+  bool read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out) override;
   bool write_scatter(std::span<const DmaPiece> pieces, std::span<const std::uint8_t> in);
 
   // Write combining, for the daemon's receive path: from now on a write() whose source bytes

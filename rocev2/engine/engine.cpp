@@ -53,6 +53,8 @@ VerbResult Engine::modify_qp(Qpn qpn, const QpAttr& attr, std::uint32_t mask, In
 }
 std::optional<QpAttr> Engine::query_qp(Qpn qpn) const { return impl_->query_qp(qpn); }
 VerbResult Engine::post_send(Qpn qpn, SendWr wr, Instant now) { return impl_->post_send(qpn, std::move(wr), now); }
+VerbResult Engine::queue_send(Qpn qpn, SendWr wr) { return impl_->queue_send(qpn, std::move(wr)); }
+void Engine::start_sends(Qpn qpn, Instant now) { impl_->start_sends(qpn, now); }
 VerbResult Engine::post_recv(Qpn qpn, RecvWr wr) { return impl_->post_recv(qpn, std::move(wr)); }
 void Engine::receive(const TransportPacket& packet, const PacketSource& from, Instant now) {
   impl_->receive(packet, from, now);
@@ -311,6 +313,16 @@ void Engine::Impl::emit(Qp& qp, stack::Ipv4Address dest, const TransportPacket& 
 }
 
 VerbResult Engine::Impl::post_send(Qpn qpn, SendWr wr, Instant now) {
+  const VerbResult r = queue_send(qpn, std::move(wr));
+  if (r == VerbResult::Ok) start_sends(qpn, now);
+  return r;
+}
+
+void Engine::Impl::start_sends(Qpn qpn, Instant now) {
+  if (Qp* qp = find(qpn)) pump(*qp, now);
+}
+
+VerbResult Engine::Impl::queue_send(Qpn qpn, SendWr wr) {
   Qp* qp = find(qpn);
   if (!qp) return VerbResult::NoSuchQp;
   const bool ok_for_type = [&] {
@@ -328,6 +340,7 @@ VerbResult Engine::Impl::post_send(Qpn qpn, SendWr wr, Instant now) {
   if (qp->req.sq.size() >= qp->max_send_wr) return VerbResult::QueueFull;
   SendWqe w;
   w.wr = std::move(wr);
+  w.serial = next_wqe_serial_++;
   w.signaled = qp->sq_sig_all || (w.wr.flags & send_flags::kSignaled) != 0;
   if (s == QpState::Err || s == QpState::Sqe) {
     // Work posted to a QP in error completes at once, flushed (IBA ch. 10).
@@ -335,7 +348,6 @@ VerbResult Engine::Impl::post_send(Qpn qpn, SendWr wr, Instant now) {
     return VerbResult::Ok;
   }
   qp->req.sq.push_back(std::move(w));
-  pump(*qp, now);
   return VerbResult::Ok;
 }
 

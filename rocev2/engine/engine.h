@@ -86,7 +86,13 @@ class Engine {
   VerbResult modify_qp(Qpn qpn, const QpAttr& attr, std::uint32_t mask, Instant now);
   std::optional<QpAttr> query_qp(Qpn qpn) const;
 
+  // Posts a send WR and sends at once what the QP may send.
   VerbResult post_send(Qpn qpn, SendWr wr, Instant now);
+  // Posts without sending, until start_sends(). A caller that takes many WRs at once (the
+  // daemon, a doorbell's worth) queues them all and starts once, so that the requester
+  // sees them together: one gather then reads the payloads of all of them.
+  VerbResult queue_send(Qpn qpn, SendWr wr);
+  void start_sends(Qpn qpn, Instant now);
   VerbResult post_recv(Qpn qpn, RecvWr wr);
 
   // A packet the wire layer parsed and verified (ICRC), addressed to this engine.

@@ -71,51 +71,95 @@ struct Verdict {
   }
 };
 
-// Payload bytes of one message read ahead for the packets the engine is about to send.
-// Valid only inside the engine call that filled it (ReadAheadScope): the application may
-// rewrite its buffer between two WQEs, and a retransmission must read memory again.
+// Payload bytes read ahead for the packets the engine is about to send: one or more
+// segments, each a part of one message, filled together by one gather (docs/TRANSPORT.md,
+// "Read-ahead"). Valid only inside the engine call that filled it (ReadAheadScope): the
+// application may rewrite a buffer once its WQE has completed, and a retransmission must
+// read memory again.
 class ReadAhead {
  public:
-  // Whose message the bytes belong to: a send WQE or a READ's responses, by QP and first PSN.
+  // Whose message the bytes belong to: a send WQE (key: its serial) or a READ's responses
+  // (key: the READ's first PSN), on one QP.
   struct Owner {
     const Qp* qp = nullptr;
-    Psn first_psn{};
+    std::uint64_t key = 0;
     bool read_response = false;
     bool operator==(const Owner&) const = default;
   };
 
   ReadAhead() : bytes_(kReadAheadBytes) {}
 
-  // Bytes [offset, offset + size) of `owner`'s message (size <= window <= kReadAheadBytes).
-  // When not held, `read(room)` first fills `window` bytes from `offset` on; nullopt (and
-  // nothing held) if that read failed.
+  // Bytes [offset, offset + size) of `owner`'s message, if a segment holds them.
+  std::optional<std::span<const std::uint8_t>> find(const Owner& owner, std::uint64_t offset, std::size_t size) {
+    // Packets go out in the order the segments were added: try the last hit and the next first.
+    for (std::size_t i = last_hit_; i < segments_.size() && i <= last_hit_ + 1; ++i)
+      if (segments_[i].holds(owner, offset, size)) return hit(i, offset, size);
+    for (std::size_t i = 0; i < segments_.size(); ++i)
+      if (segments_[i].holds(owner, offset, size)) return hit(i, offset, size);
+    return std::nullopt;
+  }
+
+  // Filling: clear(), then add() a segment per message part (`length` bytes of `owner`'s
+  // message from `offset`), which returns where its bytes go, empty if there is no room;
+  // then read all of them into filled(). keep_first(n) forgets all but the first n segments.
+  void clear() {
+    segments_.clear();
+    used_ = 0;
+    last_hit_ = 0;
+  }
+  std::span<std::uint8_t> add(const Owner& owner, std::uint64_t offset, std::size_t length) {
+    if (length > room()) return {};
+    segments_.push_back({owner, offset, length, used_});
+    used_ += length;
+    return {bytes_.data() + (used_ - length), length};
+  }
+  std::size_t room() const { return bytes_.size() - used_; }
+  std::size_t segments() const { return segments_.size(); }
+  std::span<std::uint8_t> filled() { return {bytes_.data(), used_}; }
+  void keep_first(std::size_t n) {
+    if (n >= segments_.size()) return;
+    used_ = segments_[n].at;
+    segments_.resize(n);
+    last_hit_ = 0;
+  }
+
+  // One segment, `window` bytes from `offset`, filled by `read(room)` when the bytes asked
+  // for are not held already (size <= window <= kReadAheadBytes). nullopt, and nothing
+  // held, if that read failed.
   template <typename Read>
   std::optional<std::span<const std::uint8_t>> get(const Owner& owner, std::uint64_t offset,
                                                    std::size_t size, std::size_t window, Read read) {
-    if (!holds(owner, offset, size)) {
-      held_ = false;
-      if (size > window || window > bytes_.size()) return std::nullopt;
-      if (!read(std::span<std::uint8_t>(bytes_.data(), window))) return std::nullopt;
-      held_ = true;
-      owner_ = owner;
-      begin_ = offset;
-      length_ = window;
+    if (auto held = find(owner, offset, size)) return held;
+    clear();
+    if (size > window) return std::nullopt;
+    const std::span<std::uint8_t> room = add(owner, offset, window);
+    if (room.size() != window || !read(room)) {
+      clear();
+      return std::nullopt;
     }
-    return std::span<const std::uint8_t>(bytes_).subspan(static_cast<std::size_t>(offset - begin_), size);
+    return find(owner, offset, size);
   }
-  void clear() { held_ = false; }
 
  private:
-  bool holds(const Owner& owner, std::uint64_t offset, std::size_t size) const {
-    return held_ && owner == owner_ && offset >= begin_ && offset - begin_ <= length_ &&
-           size <= length_ - (offset - begin_);
+  struct Segment {
+    Owner owner;
+    std::uint64_t offset;  // message offset of the segment's first byte
+    std::size_t length;
+    std::size_t at;        // where it starts in bytes_
+    bool holds(const Owner& o, std::uint64_t from, std::size_t size) const {
+      return owner == o && from >= offset && from - offset <= length && size <= length - (from - offset);
+    }
+  };
+  std::span<const std::uint8_t> hit(std::size_t i, std::uint64_t offset, std::size_t size) {
+    last_hit_ = i;
+    const Segment& s = segments_[i];
+    return std::span<const std::uint8_t>(bytes_).subspan(s.at + static_cast<std::size_t>(offset - s.offset), size);
   }
 
   std::vector<std::uint8_t> bytes_;  // allocated once
-  bool held_ = false;
-  Owner owner_;
-  std::uint64_t begin_ = 0;   // message offset of bytes_[0]
-  std::size_t length_ = 0;
+  std::vector<Segment> segments_;    // keeps its capacity across clear()
+  std::size_t used_ = 0;
+  std::size_t last_hit_ = 0;
 };
 
 // Forgets the read-ahead when the engine call that may fill it returns, however it returns.
@@ -140,6 +184,8 @@ class Engine::Impl {
   VerbResult modify_qp(Qpn qpn, const QpAttr& attr, std::uint32_t mask, Instant now);
   std::optional<QpAttr> query_qp(Qpn qpn) const;
   VerbResult post_send(Qpn qpn, SendWr wr, Instant now);
+  VerbResult queue_send(Qpn qpn, SendWr wr);
+  void start_sends(Qpn qpn, Instant now);
   VerbResult post_recv(Qpn qpn, RecvWr wr);
   void receive(const TransportPacket& packet, const PacketSource& from, Instant now);
   void advance(Instant now);
@@ -173,6 +219,9 @@ class Engine::Impl {
   void send_atomic_request(Qp& qp, SendWqe& w, TransportPacket& p);
   bool fill_segment(Qp& qp, SendWqe& w, TransportPacket& p);
   std::size_t read_ahead_window(const Qp& qp, const SendWqe& w, std::uint64_t offset, std::size_t size) const;
+  std::optional<std::span<const std::uint8_t>> read_payload(Qp& qp, const SendWqe& w, std::uint64_t offset,
+                                                            std::size_t size);
+  void read_ahead_following(Qp& qp, std::uint32_t psns_left);
   void retransmit_from(Qp& qp, Psn psn, Instant now, std::string_view reason);
   void on_timeout(Qp& qp, Instant now);
   void on_rnr_wait_over(Qp& qp, Instant now);
@@ -230,6 +279,9 @@ class Engine::Impl {
   EngineCounters counters_;
   std::vector<std::uint8_t> scratch_;  // inline payloads
   ReadAhead read_ahead_;               // payloads from registered memory
+  std::vector<DmaPiece> gather_pieces_;     // the read-ahead's gather list (capacity kept)
+  std::vector<ResolvedSge> following_sges_; // SGEs of a WQE read ahead before it starts
+  std::uint64_t next_wqe_serial_ = 1;
   bool hold_acks_ = false;
   std::vector<Qpn> acks_held_;         // QPs whose responder holds an ACK (Responder::held_ack)
 };

@@ -56,11 +56,23 @@ bool for_each_piece(const std::vector<ResolvedSge>& sges, std::uint64_t offset, 
 
 }  // namespace
 
-bool gather(Dma& dma, const std::vector<ResolvedSge>& sges, std::uint64_t offset,
-            std::span<std::uint8_t> out) {
-  return for_each_piece(sges, offset, out.size(), [&](const ResolvedSge& s, std::uint64_t addr,
-                                                      std::size_t at, std::size_t n) {
-    return dma.read(s.mr, addr, out.subspan(at, n));
+bool Dma::read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out) {
+  std::size_t at = 0;
+  for (const DmaPiece& piece : pieces) {
+    if (piece.length > out.size() - at) return false;
+    const std::size_t n = static_cast<std::size_t>(piece.length);
+    if (!read(piece.mr, piece.addr, out.subspan(at, n))) return false;
+    at += n;
+  }
+  return at == out.size();
+}
+
+bool append_pieces(const std::vector<ResolvedSge>& sges, std::uint64_t offset, std::size_t size,
+                   std::vector<DmaPiece>& out) {
+  return for_each_piece(sges, offset, size, [&](const ResolvedSge& s, std::uint64_t addr, std::size_t,
+                                                std::size_t n) {
+    out.push_back({s.mr, addr, n});
+    return true;
   });
 }
 

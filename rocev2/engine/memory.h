@@ -29,9 +29,11 @@ LocalCheck resolve_sges(const MrTable& mrs, std::uint32_t pd, const std::vector<
 
 std::uint64_t total_length(const std::vector<ResolvedSge>& sges);
 
-// Copies between a byte span and the concatenation of `sges`, starting `offset` bytes in.
-bool gather(Dma& dma, const std::vector<ResolvedSge>& sges, std::uint64_t offset,
-            std::span<std::uint8_t> out);
+// Appends the pieces of [offset, offset + size) of the concatenation of `sges` to `out`
+// (a gather list for Dma::read_gather).
+bool append_pieces(const std::vector<ResolvedSge>& sges, std::uint64_t offset, std::size_t size,
+                   std::vector<DmaPiece>& out);
+// Copies a byte span into the concatenation of `sges`, starting `offset` bytes in.
 bool scatter(Dma& dma, const std::vector<ResolvedSge>& sges, std::uint64_t offset,
              std::span<const std::uint8_t> in);
 

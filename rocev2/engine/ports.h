@@ -48,6 +48,13 @@ class MrTable {
   virtual bool invalidate_rkey(Rkey key, std::uint32_t pd) = 0;
 };
 
+// One piece of a scatter/gather list: `length` bytes at virtual address `addr` of `mr`.
+struct DmaPiece {
+  MrFacts mr;
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+};
+
 // Moves bytes between the engine and registered memory. The engine has already checked
 // key, PD, access and bounds; `addr` is a virtual address inside `mr`. A false / nullopt
 // return means the memory could not be reached (e.g. the owning process is gone).
@@ -56,6 +63,10 @@ class Dma {
   virtual ~Dma() = default;
   virtual bool read(const MrFacts& mr, std::uint64_t addr, std::span<std::uint8_t> out) = 0;
   virtual bool write(const MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in) = 0;
+  // Reads the concatenation of `pieces` into `out` (its size is their total length). The
+  // default reads piece by piece; a host that can move many pieces in one call (a vectored
+  // system call) overrides it, which is what the read-ahead's gathers are for.
+  virtual bool read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out);
   // 8-byte atomics at an 8-byte aligned address; return the original value (IBA ch. 9).
   virtual std::optional<std::uint64_t> compare_swap(const MrFacts& mr, std::uint64_t addr,
                                                     std::uint64_t compare, std::uint64_t swap) = 0;

@@ -19,6 +19,7 @@ namespace rrdma::rocev2 {
 // A posted send WQE and its progress through requester and completer.
 struct SendWqe {
   SendWr wr;
+  std::uint64_t serial = 0;        // unique in the engine, in posting order (the read-ahead's key)
   std::uint64_t length = 0;        // message length in bytes
   std::uint32_t packets = 1;       // PSNs the message occupies (READ: response packets)
   bool started = false;            // PSNs assigned, local SGEs resolved

@@ -3,6 +3,7 @@
 // goes back N on a timeout, a PSN-sequence NAK or the end of an RNR wait.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "rocev2/engine/engine_impl.h"
 
@@ -196,9 +197,8 @@ bool Engine::Impl::fill_segment(Qp& qp, SendWqe& w, TransportPacket& p) {
     if (size != 0) std::memcpy(payload.data(), w.wr.inline_data.data() + offset, size);
     p.payload = payload;
   } else if (size != 0) {
-    const std::optional<std::span<const std::uint8_t>> payload =
-        read_ahead_.get({&qp, w.first_psn, false}, offset, size, read_ahead_window(qp, w, offset, size),
-                        [&](std::span<std::uint8_t> room) { return gather(dma_, w.sges, offset, room); });
+    std::optional<std::span<const std::uint8_t>> payload = read_ahead_.find({&qp, w.serial, false}, offset, size);
+    if (!payload) payload = read_payload(qp, w, offset, size);
     if (!payload) {
       // The memory behind a checked SGE vanished (its process is gone): nothing sensible
       // remains for this QP. The WQE fails first, then the error state flushes the rest.
@@ -225,6 +225,68 @@ std::size_t Engine::Impl::read_ahead_window(const Qp& qp, const SendWqe& w, std:
     window = std::min<std::uint64_t>(window, std::uint64_t{kMaxUnackedPsns - in_flight} * qp.attr.path_mtu);
   }
   return static_cast<std::size_t>(std::max<std::uint64_t>(window, size));
+}
+
+// Fills the read-ahead with `w` from `offset` on (read_ahead_window) and, when that reaches
+// the end of `w`, with the WQEs after it that this pump will send too; one Dma gather reads
+// them all. If that gather fails, `w`'s own window is read alone, so that unreadable memory
+// fails the WQE it belongs to, when its turn comes, and no other.
+std::optional<std::span<const std::uint8_t>> Engine::Impl::read_payload(Qp& qp, const SendWqe& w,
+                                                                        std::uint64_t offset, std::size_t size) {
+  const ReadAhead::Owner owner{&qp, w.serial, false};
+  const std::size_t window = read_ahead_window(qp, w, offset, size);
+  read_ahead_.clear();
+  gather_pieces_.clear();
+  read_ahead_.add(owner, offset, window);  // fits: the read-ahead is empty, window <= its size
+  append_pieces(w.sges, offset, window, gather_pieces_);
+  const std::size_t own_pieces = gather_pieces_.size();
+  if (offset + window == w.length) {
+    std::uint32_t psns_left = std::numeric_limits<std::uint32_t>::max();
+    if (qp.type == QpType::Rc) {
+      const std::uint32_t in_flight = std::min(qp.req.next_psn.distance_from(qp.req.comp_psn), kMaxUnackedPsns);
+      psns_left = kMaxUnackedPsns - in_flight - std::min(kMaxUnackedPsns - in_flight, w.packets - w.next_packet);
+    }
+    read_ahead_following(qp, psns_left);
+  }
+  bool read = dma_.read_gather(gather_pieces_, read_ahead_.filled());
+  if (!read && read_ahead_.segments() > 1) {
+    read_ahead_.keep_first(1);
+    read = dma_.read_gather(std::span(gather_pieces_).first(own_pieces), read_ahead_.filled());
+  }
+  if (!read) {
+    read_ahead_.clear();
+    return std::nullopt;
+  }
+  return read_ahead_.find(owner, offset, size);
+}
+
+// Adds to the read-ahead the WQEs after the one being sent that pump() will send next, as
+// long as each fits whole (in the read-ahead's room and, on RC, in `psns_left` PSNs): SENDs
+// and WRITEs from registered memory that may start. It stops at the first that does not
+// qualify; a WQE whose SGEs do not resolve is left for start_wqe() to fail.
+void Engine::Impl::read_ahead_following(Qp& qp, std::uint32_t psns_left) {
+  const Requester& r = qp.req;
+  for (std::size_t i = r.next_send + 1; i < r.sq.size(); ++i) {
+    const SendWqe& next = r.sq[i];
+    if (next.needs_response_data() || (next.wr.flags & send_flags::kInline)) return;
+    const std::vector<ResolvedSge>* sges = &next.sges;
+    if (next.started) {
+      if (next.next_packet != 0) return;
+    } else {
+      if (qp.attr.state == QpState::Sqd || (qp.type == QpType::Rc && !may_start(qp, next))) return;
+      if (resolve_sges(mrs_, qp.pd, next.wr.sg_list, false, following_sges_) != LocalCheck::Ok) return;
+      sges = &following_sges_;
+    }
+    const std::uint64_t length = total_length(*sges);
+    if (qp.type == QpType::Ud && length > qp.attr.path_mtu) return;
+    const std::uint32_t packets = packets_for(length, qp.attr.path_mtu);
+    if (packets > psns_left || length > read_ahead_.room()) return;
+    psns_left -= packets;
+    if (length == 0) continue;
+    const std::size_t n = static_cast<std::size_t>(length);
+    read_ahead_.add({&qp, next.serial, false}, 0, n);  // fits: room checked above
+    append_pieces(*sges, 0, n, gather_pieces_);
+  }
 }
 
 // Go back N (IBA ch. 9, requester retry): resend every packet from `psn` on, with the same PSNs.

@@ -372,7 +372,7 @@ bool Engine::Impl::send_read_responses(Qp& qp, const MrFacts* mr, std::uint64_t 
       // Every response of this READ goes out now: read ahead up to the end of the READ.
       const std::size_t window = static_cast<std::size_t>(std::min<std::uint64_t>(length - offset, kReadAheadBytes));
       const std::optional<std::span<const std::uint8_t>> payload =
-          read_ahead_.get({&qp, first, true}, offset, size, window,
+          read_ahead_.get({&qp, first.value(), true}, offset, size, window,
                           [&](std::span<std::uint8_t> room) { return dma_.read(*mr, va + offset, room); });
       if (!payload) return false;
       out.payload = *payload;

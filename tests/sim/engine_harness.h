@@ -54,7 +54,12 @@ class PlainMemory final : public MrTable, public Dma {
     bool operator==(const Read&) const = default;
   };
   std::vector<Read> reads;
+  // Every Dma::read_gather, by its number of pieces (the default implementation then makes
+  // one Dma::read per piece, recorded in `reads` too).
+  std::vector<std::size_t> gathers;
   bool reads_fail = false;  // Dma::read finds the memory unreachable (its process is gone)
+  // Dma::read finds this region's memory unreachable (one buffer of a process unmapped).
+  void make_unreadable(const MrFacts& mr) { regions_.at(mr.handle).readable = false; }
 
   std::optional<MrFacts> find_lkey(Lkey key) const override {
     for (const Region& r : regions_)
@@ -76,11 +81,15 @@ class PlainMemory final : public MrTable, public Dma {
   }
   bool read(const MrFacts& mr, std::uint64_t addr, std::span<std::uint8_t> out) override {
     reads.push_back({addr, out.size()});
-    if (reads_fail) return false;
+    if (reads_fail || !regions_.at(mr.handle).readable) return false;
     std::uint8_t* p = reach(mr, addr, out.size());
     if (!p) return false;
     std::memcpy(out.data(), p, out.size());
     return true;
+  }
+  bool read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out) override {
+    gathers.push_back(pieces.size());
+    return Dma::read_gather(pieces, out);
   }
   bool write(const MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in) override {
     std::uint8_t* p = reach(mr, addr, in.size());
@@ -107,6 +116,7 @@ class PlainMemory final : public MrTable, public Dma {
     MrFacts facts;
     std::vector<std::uint8_t> bytes;
     bool valid;
+    bool readable = true;
   };
   std::uint8_t* reach(const MrFacts& mr, std::uint64_t addr, std::size_t n) {
     Region& r = regions_.at(mr.handle);

@@ -336,5 +336,142 @@ TEST_CASE("read-ahead: unreadable memory fails the WQE as a failed gather always
   }
 }
 
+
+// The read-ahead over several WQEs: WQEs queued together (Engine::queue_send, as the daemon
+// does with a doorbell's worth) and started at once are read with one gather, as far as
+// the pump will send them.
+
+// `count` WRITEs of `length` bytes, each from and to its own slice of the regions.
+void queue_writes(WriteSetup& s, std::size_t count, std::uint32_t length) {
+  for (std::size_t i = 0; i < count; ++i) {
+    SendWr wr = s.write(i + 1, length, i * length);
+    wr.sg_list[0].addr += i * length;
+    REQUIRE(s.pair.a.engine.queue_send(s.pair.a.qpn, wr) == VerbResult::Ok);
+  }
+}
+
+TEST_CASE("read-ahead over WQEs: sixteen queued 4 KiB WRITEs leave memory in one gather") {
+  const QpType type = GENERATE(QpType::Rc, QpType::Uc);
+  WriteSetup s(type, 4096, 64 * kKiB);
+  Pair& p = s.pair;
+  queue_writes(s, 16, 4096);
+  CHECK(p.a.host.sent.empty());
+  p.a.engine.start_sends(p.a.qpn, p.now);
+  CHECK(p.a.host.sent.size() == 16);
+  CHECK(p.a.memory.gathers == std::vector<std::size_t>{16});
+  CHECK(contiguous(p.a.memory.reads, s.src.base, 64 * kKiB));
+  p.exchange();
+  const std::vector<Completion> c = p.a.host.take_completions();
+  REQUIRE(c.size() == 16);
+  CHECK(std::all_of(c.begin(), c.end(), [](const Completion& x) { return x.status == WcStatus::Success; }));
+  CHECK(region_bytes(p.b.memory, s.dst, 0, 64 * kKiB) == s.data);
+}
+
+TEST_CASE("read-ahead over WQEs: never more than 64 KiB at once, never past the unacknowledged-PSN window") {
+  // 200 WRITEs of 3000 bytes, three packets each at MTU 1024. The 128-PSN window admits 42
+  // whole WQEs and two packets of the 43rd; 64 KiB holds 21 whole WQEs.
+  WriteSetup s(QpType::Rc, 1024, 200 * 3000);
+  Pair& p = s.pair;
+  queue_writes(s, 200, 3000);
+  p.a.engine.start_sends(p.a.qpn, p.now);
+  const std::vector<Captured> first_burst = p.a.host.sent;
+  CHECK(first_burst.size() == 128);
+  CHECK(p.a.memory.gathers == std::vector<std::size_t>{21, 21, 1});
+  CHECK(bytes_read(p.a.memory.reads) == payload_bytes(first_burst));
+  CHECK(bytes_read(p.a.memory.reads) == 42 * 3000 + 2048);
+  p.exchange();
+  const std::vector<Completion> c = p.a.host.take_completions();
+  REQUIRE(c.size() == 200);
+  CHECK(std::all_of(c.begin(), c.end(), [](const Completion& x) { return x.status == WcStatus::Success; }));
+  CHECK(region_bytes(p.b.memory, s.dst, 0, 200 * 3000) == s.data);
+}
+
+TEST_CASE("read-ahead over WQEs: the gather stops at a WQE with no payload to read") {
+  WriteSetup s(QpType::Rc, 4096, 64 * kKiB);
+  Pair& p = s.pair;
+  const MrFacts remote = p.b.memory.add(p.b.pd, access::kLocalWrite | access::kRemoteRead, 4096, 0x5000000);
+  SendWr middle;
+  SECTION("an inline WRITE") {
+    middle = send_wr(2, WrOpcode::RdmaWrite, s.src, 0, send_flags::kSignaled | send_flags::kInline);
+    middle.sg_list.clear();
+    middle.inline_data = pattern(100, 3);
+    middle.remote_addr = s.dst.base + 8192;
+    middle.rkey = s.dst.rkey;
+  }
+  SECTION("a READ") {
+    middle = send_wr(2, WrOpcode::RdmaRead, s.src, 100);
+    middle.sg_list[0].addr += 8192;
+    middle.remote_addr = remote.base;
+    middle.rkey = remote.rkey;
+  }
+  SendWr first = s.write(1, 4096);
+  SendWr last = s.write(3, 4096, 4096);
+  last.sg_list[0].addr += 4096;
+  REQUIRE(p.a.engine.queue_send(p.a.qpn, first) == VerbResult::Ok);
+  REQUIRE(p.a.engine.queue_send(p.a.qpn, middle) == VerbResult::Ok);
+  REQUIRE(p.a.engine.queue_send(p.a.qpn, last) == VerbResult::Ok);
+  p.a.engine.start_sends(p.a.qpn, p.now);
+  CHECK(p.a.host.sent.size() == 3);
+  CHECK(p.a.memory.gathers == std::vector<std::size_t>{1, 1});
+  p.exchange();
+  const std::vector<Completion> c = p.a.host.take_completions();
+  REQUIRE(c.size() == 3);
+  CHECK(std::all_of(c.begin(), c.end(), [](const Completion& x) { return x.status == WcStatus::Success; }));
+  CHECK(region_bytes(p.b.memory, s.dst, 0, 8192) ==
+        std::vector<std::uint8_t>(s.data.begin(), s.data.begin() + 8192));
+}
+
+TEST_CASE("read-ahead over WQEs: a later WQE's unreadable buffer fails that WQE only, the earlier one goes out") {
+  WriteSetup s(QpType::Rc, 4096, 64 * kKiB);
+  Pair& p = s.pair;
+  const MrFacts gone = p.a.memory.add(p.a.pd, access::kLocalWrite, 4096, 0x3000000);
+  p.a.memory.make_unreadable(gone);
+  SendWr bad = send_wr(2, WrOpcode::RdmaWrite, gone, 4096);
+  bad.remote_addr = s.dst.base;
+  bad.rkey = s.dst.rkey;
+  REQUIRE(p.a.engine.queue_send(p.a.qpn, s.write(1, 4096)) == VerbResult::Ok);
+  REQUIRE(p.a.engine.queue_send(p.a.qpn, bad) == VerbResult::Ok);
+  REQUIRE(p.a.engine.queue_send(p.a.qpn, s.write(3, 4096)) == VerbResult::Ok);
+  p.a.engine.start_sends(p.a.qpn, p.now);
+  // The gather of all three fails; the first WQE's own window is read alone and sent.
+  CHECK(p.a.memory.gathers.front() == 3);
+  REQUIRE(p.a.host.sent.size() == 1);
+  CHECK(p.a.host.sent[0].payload == std::vector<std::uint8_t>(s.data.begin(), s.data.begin() + 4096));
+  const std::vector<Completion> c = p.a.host.take_completions();
+  REQUIRE_FALSE(c.empty());
+  CHECK(c[0].wr_id == 2);
+  CHECK(c[0].status == WcStatus::LocProtErr);
+  CHECK(p.a.state() == QpState::Err);
+}
+
+TEST_CASE("read-ahead over WQEs: eight queued UD SENDs leave memory in one gather") {
+  Pair p(QpType::Ud);
+  const MrFacts src = p.a.memory.add(p.a.pd, access::kLocalWrite, 8 * 256, 0x10000);
+  const MrFacts dst = p.b.memory.add(p.b.pd, access::kLocalWrite, 8 * 296, 0x20000);
+  const std::vector<std::uint8_t> data = pattern(8 * 256, 6);
+  std::copy(data.begin(), data.end(), p.a.memory.bytes(src).begin());
+  for (std::uint32_t i = 0; i < 8; ++i) {
+    RecvWr r = recv_wr(100 + i, dst, 296);
+    r.sg_list[0].addr += i * 296;
+    REQUIRE(p.b.engine.post_recv(p.b.qpn, r) == VerbResult::Ok);
+    SendWr w = send_wr(i, WrOpcode::Send, src, 256);
+    w.sg_list[0].addr += i * 256;
+    w.ud_dest_ip = p.b.ip;
+    w.ud_remote_qpn = p.b.qpn;
+    w.ud_remote_qkey = Qkey(0x11111111);
+    REQUIRE(p.a.engine.queue_send(p.a.qpn, w) == VerbResult::Ok);
+  }
+  p.a.engine.start_sends(p.a.qpn, p.now);
+  CHECK(p.a.memory.gathers == std::vector<std::size_t>{8});
+  p.exchange();
+  REQUIRE(p.b.host.completions.size() == 8);
+  for (std::uint32_t i = 0; i < 8; ++i) {
+    CHECK(p.b.host.completions[i].status == WcStatus::Success);
+    // Each receive buffer: 40 bytes of GRH area, then the message.
+    const std::span<std::uint8_t> got = p.b.memory.bytes(dst).subspan(i * 296 + 40, 256);
+    CHECK(std::equal(got.begin(), got.end(), data.begin() + i * 256));
+  }
+}
+
 }  // namespace
 }  // namespace rrdma::test

@@ -147,3 +147,55 @@ TEST_CASE("the engine over MrTable + ProcessDma: WRITE, READ and FETCH_ADD betwe
   CHECK(done[0].status == rv::WcStatus::RemOpErr);
   CHECK(b.dma.counters().process_gone == 1);
 }
+
+// The read-ahead over several WQEs (docs/TRANSPORT.md, "Read-ahead"): WRITEs queued together
+// leave the source process in one process_vm_readv; a hole in a later WQE's buffer fails
+// that WQE only, after the earlier one has gone out.
+TEST_CASE("the engine over ProcessDma: queued WRITEs are gathered in one call, a bad buffer fails only its WQE") {
+  Child source(3);
+  Child target(5);
+  Node a(0x0A4D0003);
+  Node b(0x0A4D0002);
+  const rrdma::Instant now{};
+  rv::QpInit init;
+  init.pd = 1;
+  a.qpn = *a.engine.create_qp(init);
+  b.qpn = *b.engine.create_qp(init);
+  connect(a, b, rv::Psn(100), rv::Psn(900), now);
+  connect(b, a, rv::Psn(900), rv::Psn(100), now);
+  const rv::MrFacts mine = register_buffer(a.table, source, 1);
+  const rv::MrFacts theirs = register_buffer(b.table, target, 1);
+
+  // Eight WRITEs of 1000 bytes from the source's pages 0 and 1, to the target's at +50.
+  for (std::uint64_t i = 0; i < 8; ++i) {
+    REQUIRE(a.engine.queue_send(a.qpn, wr(i, rv::WrOpcode::RdmaWrite, mine, i * 1000, 1000, theirs, i * 1000 + 50)) ==
+            rv::VerbResult::Ok);
+  }
+  CHECK(a.host.sent.empty());
+  const std::uint64_t transfers_before = a.dma.counters().transfers;
+  a.engine.start_sends(a.qpn, now);
+  CHECK(a.host.sent.size() == 8);
+  CHECK(a.dma.counters().transfers == transfers_before + 1);
+  exchange(a, b, now);
+  std::vector<rv::Completion> done = a.host.take_completions();
+  REQUIRE(done.size() == 8);
+  for (const rv::Completion& c : done) CHECK(c.status == rv::WcStatus::Success);
+  std::vector<std::uint8_t> expected = expected_dump(5);
+  for (std::size_t i = 0; i < 8000; ++i) expected[50 + i] = pattern(3, i);
+  CHECK(target.dump() == expected);
+
+  // WRITE 20 from page 0 and WRITE 21 from page 2, which the source has unmapped: the gather
+  // of both fails, WRITE 20 is read alone and sent, WRITE 21 fails when its turn comes.
+  REQUIRE(a.engine.queue_send(a.qpn, wr(20, rv::WrOpcode::RdmaWrite, mine, 0, 100, theirs, 0)) == rv::VerbResult::Ok);
+  REQUIRE(a.engine.queue_send(a.qpn, wr(21, rv::WrOpcode::RdmaWrite, mine, 2 * kPage, 100, theirs, 0)) ==
+          rv::VerbResult::Ok);
+  a.engine.start_sends(a.qpn, now);
+  REQUIRE(a.host.sent.size() == 1);
+  CHECK(a.host.sent[0].payload.size() == 100);
+  CHECK(a.host.sent[0].payload[99] == pattern(3, 99));
+  done = a.host.take_completions();
+  REQUIRE_FALSE(done.empty());
+  CHECK(done[0].wr_id == 21);
+  CHECK(done[0].status == rv::WcStatus::LocProtErr);
+  CHECK(a.dma.counters().partial + a.dma.counters().faults == 2);
+}
