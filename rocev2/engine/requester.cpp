@@ -266,7 +266,7 @@ std::optional<std::span<const std::uint8_t>> Engine::Impl::read_payload(Qp& qp, 
 // qualify; a WQE whose SGEs do not resolve is left for start_wqe() to fail.
 void Engine::Impl::read_ahead_following(Qp& qp, std::uint32_t psns_left) {
   const Requester& r = qp.req;
-  for (std::size_t i = r.next_send + 1; i < r.sq.size(); ++i) {
+  for (std::size_t i = r.next_send + 1; i < r.sq.size() && read_ahead_.room() > 0; ++i) {
     const SendWqe& next = r.sq[i];
     if (next.needs_response_data() || (next.wr.flags & send_flags::kInline)) return;
     const std::vector<ResolvedSge>* sges = &next.sges;
