@@ -83,23 +83,31 @@ rv::SendWr wr(std::uint64_t id, rv::WrOpcode op, const rv::MrFacts& local, std::
   return w;
 }
 
+// Two engines with a connected RC QP each; A's memory is the source child's buffer, B's the
+// target child's.
+struct TwoProcesses {
+  Child source{3};
+  Child target{5};
+  Node a{0x0A4D0003};
+  Node b{0x0A4D0002};
+  const rrdma::Instant now{};
+  rv::MrFacts mine;
+  rv::MrFacts theirs;
+  TwoProcesses() {
+    rv::QpInit init;
+    init.pd = 1;
+    a.qpn = *a.engine.create_qp(init);
+    b.qpn = *b.engine.create_qp(init);
+    connect(a, b, rv::Psn(100), rv::Psn(900), now);
+    connect(b, a, rv::Psn(900), rv::Psn(100), now);
+    mine = register_buffer(a.table, source, 1);
+    theirs = register_buffer(b.table, target, 1);
+  }
+};
+
 }  // namespace
 
-TEST_CASE("the engine over MrTable + ProcessDma: WRITE, READ and FETCH_ADD between two processes") {
-  Child source(3);
-  Child target(5);
-  Node a(0x0A4D0003);
-  Node b(0x0A4D0002);
-  const rrdma::Instant now{};
-  rv::QpInit init;
-  init.pd = 1;
-  a.qpn = *a.engine.create_qp(init);
-  b.qpn = *b.engine.create_qp(init);
-  connect(a, b, rv::Psn(100), rv::Psn(900), now);
-  connect(b, a, rv::Psn(900), rv::Psn(100), now);
-  const rv::MrFacts mine = register_buffer(a.table, source, 1);
-  const rv::MrFacts theirs = register_buffer(b.table, target, 1);
-
+TEST_CASE_METHOD(TwoProcesses, "the engine over MrTable + ProcessDma: WRITE, READ and FETCH_ADD between two processes") {
   // 3000 bytes: three packets at MTU 1024, all landing in the target's pages 0 and 1.
   REQUIRE(a.engine.post_send(a.qpn, wr(1, rv::WrOpcode::RdmaWrite, mine, 0, 3000, theirs, 100), now) ==
           rv::VerbResult::Ok);
@@ -151,20 +159,7 @@ TEST_CASE("the engine over MrTable + ProcessDma: WRITE, READ and FETCH_ADD betwe
 // The read-ahead over several WQEs (docs/TRANSPORT.md, "Read-ahead"): WRITEs queued together
 // leave the source process in one process_vm_readv; a hole in a later WQE's buffer fails
 // that WQE only, after the earlier one has gone out.
-TEST_CASE("the engine over ProcessDma: queued WRITEs are gathered in one call, a bad buffer fails only its WQE") {
-  Child source(3);
-  Child target(5);
-  Node a(0x0A4D0003);
-  Node b(0x0A4D0002);
-  const rrdma::Instant now{};
-  rv::QpInit init;
-  init.pd = 1;
-  a.qpn = *a.engine.create_qp(init);
-  b.qpn = *b.engine.create_qp(init);
-  connect(a, b, rv::Psn(100), rv::Psn(900), now);
-  connect(b, a, rv::Psn(900), rv::Psn(100), now);
-  const rv::MrFacts mine = register_buffer(a.table, source, 1);
-  const rv::MrFacts theirs = register_buffer(b.table, target, 1);
+TEST_CASE_METHOD(TwoProcesses, "the engine over ProcessDma: queued WRITEs are gathered in one call, a bad buffer fails only its WQE") {
 
   // Eight WRITEs of 1000 bytes from the source's pages 0 and 1, to the target's at +50.
   for (std::uint64_t i = 0; i < 8; ++i) {
