@@ -160,7 +160,6 @@ TEST_CASE_METHOD(TwoProcesses, "the engine over MrTable + ProcessDma: WRITE, REA
 // leave the source process in one process_vm_readv; a hole in a later WQE's buffer fails
 // that WQE only, after the earlier one has gone out.
 TEST_CASE_METHOD(TwoProcesses, "the engine over ProcessDma: queued WRITEs are gathered in one call, a bad buffer fails only its WQE") {
-
   // Eight WRITEs of 1000 bytes from the source's pages 0 and 1, to the target's at +50.
   for (std::uint64_t i = 0; i < 8; ++i) {
     REQUIRE(a.engine.queue_send(a.qpn, wr(i, rv::WrOpcode::RdmaWrite, mine, i * 1000, 1000, theirs, i * 1000 + 50)) ==
