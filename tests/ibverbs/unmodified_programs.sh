@@ -101,7 +101,7 @@ local_row() {
 # wait_listening NS PORT PID: the server is ready once it listens (or fails if it died).
 wait_listening() {
   local end=$(( SECONDS + 30 ))
-  until ip netns exec "$1" ss -ltn "sport = :$2" | grep -q LISTEN; do
+  until grep -q LISTEN <<<"$(ip netns exec "$1" ss -ltn "sport = :$2")"; do
     kill -0 "$3" 2>/dev/null || return 1
     (( SECONDS < end )) || return 1
     sleep 0.1
@@ -164,7 +164,7 @@ if selected rrdma-vnic exec; then
   "$RRDMA_VNIC" env --dev "$VNIC_A" >"$TMPD/env.out" || fail_case "env --dev $VNIC_A failed"
   if grep -q "^export LD_LIBRARY_PATH='[^:']*/rrdma-ibverbs" "$TMPD/env.out" &&
      grep -q "^export RRDMA_DEVICES='$VNIC_A'$" "$TMPD/env.out" &&
-     (eval "$(cat "$TMPD/env.out")"; ldd "$(command -v ibv_devices)" | grep -q "rrdma-ibverbs/libibverbs.so.1"); then
+     (eval "$(cat "$TMPD/env.out")"; grep -q "rrdma-ibverbs/libibverbs.so.1" <<<"$(ldd "$(command -v ibv_devices)")"); then
     row rrdma-vnic "env --dev $VNIC_A" PASS "ibv_devices resolves our libibverbs.so.1"
   else
     row rrdma-vnic "env --dev $VNIC_A" FAIL "$(tr '\n' ' ' <"$TMPD/env.out")"

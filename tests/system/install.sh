@@ -14,7 +14,7 @@ log "cmake --install $RRDMA_BUILD_DIR --prefix $PREFIX_DIR"
   fail "cmake --install: $(tail -5 "$TMPD/install.log")"
 RRDMA_VNIC="$PREFIX_DIR/bin/rrdma-vnic"
 [[ -x "$RRDMA_VNIC" ]] || fail "no $RRDMA_VNIC after install"
-if ldd "$RRDMA_VNIC" | grep -q "not found"; then
+if grep -q "not found" <<<"$(ldd "$RRDMA_VNIC")"; then
   fail "the installed binary misses libraries: $(ldd "$RRDMA_VNIC" | grep 'not found' | tr '\n' ' ')"
 fi
 # It must not lean on the build tree: every librrdma it loads comes from the prefix.

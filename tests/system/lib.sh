@@ -8,6 +8,10 @@
 # Environment (set by tests/system/CMakeLists.txt): RRDMA_VNIC, RRDMA_FRAME_SENDER,
 # RRDMA_UDP_PROBE, RRDMA_JSON_GET, RRDMA_BUILD_DIR, RRDMA_CMAKE.
 
+# pipefail: `producer | grep -q X` can fail although X was found. grep -q exits at the first
+# match, the producer's next write then dies of SIGPIPE, and the pipeline reports 141 (CI
+# saw `ldd ... | grep -q` fail this way). Match a producer's whole output instead:
+# grep -q X <<<"$(producer)".
 set -u -o pipefail
 
 readonly SKIP_CODE=77

@@ -16,7 +16,7 @@ TOUR="$(dirname "$0")/../../docs/tour/README.md"
 [[ -r "$TOUR" ]] || fail "no $TOUR"
 # The tour runs Debian's perftest over our libibverbs.so.1, which in a sanitizer build
 # needs the ASan runtime preloaded: the tour's commands are run as written, so not here.
-if ldd "${RRDMA_BUILD_DIR:?}/lib/rrdma-ibverbs/libibverbs.so.1" 2>/dev/null | grep -q libasan; then
+if grep -q libasan <<<"$(ldd "${RRDMA_BUILD_DIR:?}/lib/rrdma-ibverbs/libibverbs.so.1" 2>/dev/null)"; then
   skip "a sanitizer build (the tour's perftest cannot load an ASan libibverbs as written)"
 fi
 use_private_host
