@@ -88,7 +88,9 @@ NamedCounters named(const rocev2::EngineCounters& c) {
           {"rnr_naks_sent", c.rnr_naks_sent},       {"naks_received", c.naks_received},
           {"rnr_naks_received", c.rnr_naks_received}, {"retransmits", c.retransmits},
           {"timeouts", c.timeouts},                 {"ghost_responses", c.ghost_responses},
-          {"qkey_mismatch", c.qkey_mismatch},       {"uc_messages_dropped", c.uc_messages_dropped}};
+          {"qkey_mismatch", c.qkey_mismatch},       {"uc_messages_dropped", c.uc_messages_dropped},
+          {"read_streams_restarted", c.read_streams_restarted},
+          {"requests_dropped_behind_read", c.requests_dropped_behind_read}};
 }
 
 NamedCounters named(const verbs::NicCounters& c) {

@@ -258,6 +258,8 @@ void Engine::Impl::flush(Qp& qp) {
   }
   s.in_progress = Responder::InProgress::None;
   s.recv_held = false;
+  s.read_stream.reset();
+  s.waiting.clear();
   if (qp.uses_srq) return;  // an SRQ's WQEs belong to no single QP
   while (const RecvWr* wr = qp.rq->front()) {
     Completion c;
@@ -389,6 +391,7 @@ bool transport_matches(QpType type, OpcodeFlags f) {
 }  // namespace
 
 void Engine::Impl::receive(const TransportPacket& p, const PacketSource& from, Instant now) {
+  last_now_ = now;
   ++counters_.packets_received;
   const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
   if (!f.has(OpcodeFlags::kValid)) {
@@ -435,11 +438,21 @@ void Engine::Impl::receive(const TransportPacket& p, const PacketSource& from, I
 }
 
 void Engine::Impl::advance(Instant now) {
+  last_now_ = now;
+  bool stepped = false;
   for (auto& [n, qp] : qps_) {
     Requester& r = qp->req;
     if (r.rnr_deadline && *r.rnr_deadline <= now) on_rnr_wait_over(*qp, now);
     if (r.retransmit_deadline && *r.retransmit_deadline <= now) on_timeout(*qp, now);
+    if (qp->resp.read_stream) {
+      stepped = true;
+      const Verdict v = step_read_stream(*qp);
+      if (v.kind != Verdict::Kind::Ok) abort_read_stream(*qp, v);
+    }
   }
+  // Requests that waited behind a finished READ ran here, outside the caller's batch: the
+  // ACKs they owe go now.
+  if (stepped && hold_acks_) release_acks();
 }
 
 std::optional<Instant> Engine::Impl::next_deadline() const {
@@ -450,6 +463,7 @@ std::optional<Instant> Engine::Impl::next_deadline() const {
   for (const auto& [n, qp] : qps_) {
     consider(qp->req.rnr_deadline);
     consider(qp->req.retransmit_deadline);
+    if (qp->resp.read_stream) consider(last_now_);
   }
   return earliest;
 }

@@ -70,6 +70,8 @@ struct EngineCounters {
   std::uint64_t ghost_responses = 0;   // responses / ACKs for nothing outstanding
   std::uint64_t qkey_mismatch = 0;
   std::uint64_t uc_messages_dropped = 0;
+  std::uint64_t read_streams_restarted = 0;       // a duplicate READ replaced the rest of its answer
+  std::uint64_t requests_dropped_behind_read = 0; // the queue behind a READ being answered was full
 };
 
 class Engine {
@@ -106,9 +108,11 @@ class Engine {
   void hold_acks(bool on);
   // Sends every held ACK (of QPs that still exist and are not in RESET or ERR).
   void release_acks();
-  // Runs the timers due at `now` (retransmission, RNR waits).
+  // Runs the timers due at `now` (retransmission, RNR waits) and the next step of every READ
+  // being answered (its responses go out a step at a time: docs/TRANSPORT.md).
   void advance(Instant now);
-  // The earliest instant at which advance() has work, if any.
+  // The earliest instant at which advance() has work, if any: the latest `now` given while a
+  // READ is being answered.
   std::optional<Instant> next_deadline() const;
 
   const EngineCounters& counters() const;

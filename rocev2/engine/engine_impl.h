@@ -25,6 +25,13 @@ inline constexpr std::uint32_t kPacketsPerAckReq = 64;
 // The responder acknowledges at least every this many packets even without AckReq.
 inline constexpr std::uint32_t kPacketsPerAck = 64;
 
+// A READ is answered this many response packets per step (ReadStream): 256 KiB at path
+// MTU 4096, so an ib_read_bw message of 64 KiB still goes out in one step.
+inline constexpr std::uint32_t kReadResponsesPerStep = 64;
+// Requests kept behind a READ being answered, per QP (each with up to a path MTU of
+// payload). More are dropped, as a full link would drop them; the requester resends.
+inline constexpr std::size_t kMaxWaitingRequests = 256;
+
 // The most payload bytes the engine reads from registered memory in one gather (the
 // read-ahead, docs/TRANSPORT.md). Each Dma call has a fixed cost (the daemon's is a
 // process_vm_readv: a system call, a ptrace check, the pages looked up and pinned), so
@@ -258,8 +265,11 @@ class Engine::Impl {
   Verdict execute_read(Qp& qp, const TransportPacket& p);
   Verdict execute_atomic(Qp& qp, const TransportPacket& p);
   Verdict take_receive_wqe(Qp& qp);
-  bool send_read_responses(Qp& qp, const MrFacts* mr, std::uint64_t va, std::uint32_t length,
-                           Psn first, bool duplicate);
+  Verdict start_read_stream(Qp& qp, const Reth& reth, Psn psn, bool duplicate);
+  Verdict step_read_stream(Qp& qp);
+  void abort_read_stream(Qp& qp, const Verdict& v);
+  void wait_behind_read(Qp& qp, const TransportPacket& p);
+  void run_waiting(Qp& qp);
   void send_atomic_ack(Qp& qp, Psn psn, std::uint64_t original, bool duplicate);
   void send_ack(Qp& qp, Psn psn, std::uint8_t syndrome, PacketDecision d, std::string_view why);
   void owe_ack(Qp& qp, Psn psn);
@@ -282,6 +292,7 @@ class Engine::Impl {
   std::vector<DmaPiece> gather_pieces_;     // the read-ahead's gather list (capacity kept)
   std::vector<ResolvedSge> following_sges_; // SGEs of a WQE read ahead before it starts
   std::uint64_t next_wqe_serial_ = 1;
+  Instant last_now_{};                 // the latest time given: "now" for next_deadline()
   bool hold_acks_ = false;
   std::vector<Qpn> acks_held_;         // QPs whose responder holds an ACK (Responder::held_ack)
 };

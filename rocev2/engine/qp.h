@@ -65,6 +65,31 @@ struct ReplayEntry {
   std::uint64_t original = 0;  // atomic: the value returned the first time
 };
 
+// A READ being answered (IBA ch. 9). Its responses go out kReadResponsesPerStep at a time:
+// the first step when the request is executed, the others from advance(). A duplicate of the
+// same READ (the requester asking again from a lost response on) then replaces the rest
+// instead of adding a second copy of it behind the first, and one large READ does not hold
+// the engine for its whole length (docs/TRANSPORT.md, "Pacing READ responses").
+struct ReadStream {
+  Rkey rkey{};
+  std::uint64_t va = 0;            // of response 0 of this stream
+  std::uint32_t length = 0;
+  Psn first{};                     // PSN of response 0: the request's PSN
+  std::uint32_t packets = 1;
+  std::uint32_t next = 0;          // index of the next response to send
+  bool duplicate = false;          // answers a duplicate request (observed as retransmitted)
+  Psn read_first{};                // the PSNs [read_first, read_end) of the READ executed:
+  Psn read_end{};                  // a duplicate request in there restarts the stream
+};
+
+// A request that arrived while a READ was being answered, kept with a copy of its payload
+// and run once the READ is done: the responder answers in PSN order (an ACK for a later PSN
+// would tell the requester that the READ's responses were lost).
+struct WaitingRequest {
+  TransportPacket packet;          // payload: `bytes`, set again when the request runs
+  std::vector<std::uint8_t> bytes;
+};
+
 struct Responder {
   Psn expected_psn{};
   Msn msn{};
@@ -87,6 +112,8 @@ struct Responder {
   std::size_t replay_next = 0;
   std::size_t replay_count = 0;
   bool comm_established = false;
+  std::optional<ReadStream> read_stream;
+  std::deque<WaitingRequest> waiting;  // behind read_stream, in arrival order
 };
 
 struct Qp {

@@ -36,6 +36,14 @@ void Engine::Impl::on_request(Qp& qp, const TransportPacket& p, const PacketSour
 void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p) {
   Responder& s = qp.resp;
   const Psn psn = p.bth.psn;
+  if (s.read_stream) {
+    const ReadStream& r = *s.read_stream;
+    const bool restarts = p.bth.opcode == Opcode::RcReadRequest && !psn.before(r.read_first) && psn.before(r.read_end);
+    if (!restarts) {
+      wait_behind_read(qp, p);
+      return;
+    }
+  }
   if (psn.after(s.expected_psn)) {
     // Sequence-error NAK (IBA ch. 9; rxe: sent_psn_nak): a PSN beyond the expected one means
     // packets were lost. NAK once per gap with the expected PSN, then drop silently until
@@ -96,16 +104,22 @@ void Engine::Impl::hold_acks(bool on) {
 
 void Engine::Impl::release_acks() {
   // send_ack() reaches the host only, never back into the engine: acks_held_ stays as it is.
+  std::vector<Qpn> still_owed;
   for (const Qpn qpn : acks_held_) {
     Qp* qp = find(qpn);
     if (qp == nullptr || !qp->resp.held_ack) continue;  // destroyed, or answered since
     const QpState state = qp->attr.state;
     if (state == QpState::Reset || state == QpState::Err) continue;
+    if (qp->resp.read_stream) {
+      // Its ACK would pass the READ's PSNs; the READ's last response acknowledges as much.
+      still_owed.push_back(qpn);
+      continue;
+    }
     // Everything received in order so far, not just the held PSN: a message that ended
     // after it without AckReq is covered too, and PSN and MSN describe the same point.
     send_ack(*qp, qp->resp.expected_psn - 1, ack_syndrome(), PacketDecision::Sent, "ACK");
   }
-  acks_held_.clear();
+  acks_held_ = std::move(still_owed);
 }
 
 // The responder sent a packet that acknowledges every PSN up to `last` (an ACK, a NAK's
@@ -146,8 +160,10 @@ void Engine::Impl::rc_duplicate(Qp& qp, const TransportPacket& p) {
       observe(qp, p.bth, PacketDecision::Dropped, "duplicate READ does not fit a past one");
       return;
     }
-    observe(qp, p.bth, PacketDecision::Duplicate, "duplicate READ: executed again");
-    send_read_responses(qp, mr ? &*mr : nullptr, reth.virtual_address, reth.dma_length, p.bth.psn, true);
+    observe(qp, p.bth, PacketDecision::Duplicate,
+            s.read_stream ? "duplicate READ: the READ being answered restarts here" : "duplicate READ: executed again");
+    const Verdict v = start_read_stream(qp, reth, p.bth.psn, true);
+    if (v.kind != Verdict::Kind::Ok) refuse(qp, p, v);
     return;
   }
   if (f.has(OpcodeFlags::kAtomic)) {
@@ -327,9 +343,7 @@ Verdict Engine::Impl::execute_read(Qp& qp, const TransportPacket& p) {
   s.expected_psn = p.bth.psn + packets_for(reth.dma_length, qp.attr.path_mtu);
   s.msn = next(s.msn);  // counted when executed, so the responses carry it (C9-148)
   remember(qp, {p.bth.psn, false, 0});
-  if (!send_read_responses(qp, mr ? &*mr : nullptr, reth.virtual_address, reth.dma_length, p.bth.psn, false))
-    return Verdict::operational_error("source memory unreadable", WcStatus::RemOpErr);
-  return Verdict::ok();
+  return start_read_stream(qp, reth, p.bth.psn, false);
 }
 
 Verdict Engine::Impl::execute_atomic(Qp& qp, const TransportPacket& p) {
@@ -354,34 +368,113 @@ Verdict Engine::Impl::execute_atomic(Qp& qp, const TransportPacket& p) {
   return Verdict::ok();
 }
 
-// READ responses FIRST (AETH) MIDDLE* LAST (AETH), or ONLY (AETH), as rxe sends them.
-bool Engine::Impl::send_read_responses(Qp& qp, const MrFacts* mr, std::uint64_t va, std::uint32_t length,
-                                       Psn first, bool duplicate) {
+// Answers a READ request (executed, or a duplicate of one executed before) with a stream of
+// responses, FIRST (AETH) MIDDLE* LAST (AETH) or ONLY (AETH) as rxe sends them, and sends
+// its first step. A stream in progress is replaced: the request is then a duplicate of the
+// READ it answers, asking again from a lost response on.
+Verdict Engine::Impl::start_read_stream(Qp& qp, const Reth& reth, Psn psn, bool duplicate) {
+  Responder& s = qp.resp;
+  ReadStream r;
+  r.rkey = reth.rkey;
+  r.va = reth.virtual_address;
+  r.length = reth.dma_length;
+  r.first = psn;
+  r.packets = packets_for(reth.dma_length, qp.attr.path_mtu);
+  r.duplicate = duplicate;
+  r.read_first = psn;
+  r.read_end = psn + r.packets;
+  if (s.read_stream) {
+    ++counters_.read_streams_restarted;
+    r.read_first = s.read_stream->read_first;
+    r.read_end = s.read_stream->read_end;
+  }
+  s.read_stream = r;
+  return step_read_stream(qp);
+}
+
+// Sends the next kReadResponsesPerStep responses of the READ being answered. The R_Key is
+// checked again at every step: memory deregistered meanwhile is not read. The last step
+// ends the stream and runs the requests that waited behind it.
+Verdict Engine::Impl::step_read_stream(Qp& qp) {
+  ReadStream& r = *qp.resp.read_stream;
   const ReadAheadScope read_ahead(read_ahead_);
   const std::uint32_t mtu = qp.attr.path_mtu;
-  const std::uint32_t n = packets_for(length, mtu);
-  for (std::uint32_t k = 0; k < n; ++k) {
+  const std::uint32_t end = std::min(r.packets, r.next + kReadResponsesPerStep);
+  std::optional<MrFacts> mr;
+  if (r.length > 0) {
+    const std::uint64_t from = std::uint64_t{r.next} * mtu;
+    mr = check_remote(mrs_, qp.pd, r.rkey, access::kRemoteRead, r.va + from, r.length - from);
+    if (!mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
+  }
+  for (; r.next < end; ++r.next) {
+    const std::uint32_t k = r.next;
     TransportPacket out;
-    out.bth.opcode = read_response_opcode(k, n);
+    out.bth.opcode = read_response_opcode(k, r.packets);
     out.bth.dest_qp = qp.attr.dest_qpn;
-    out.bth.psn = first + k;
+    out.bth.psn = r.first + k;
     if (opcode_info(out.bth.opcode).flags.has(OpcodeFlags::kAeth)) out.aeth = Aeth{ack_syndrome(), qp.resp.msn};
     const std::uint64_t offset = std::uint64_t{k} * mtu;
-    const std::size_t size = static_cast<std::size_t>(std::min<std::uint64_t>(mtu, length - offset));
+    const std::size_t size = static_cast<std::size_t>(std::min<std::uint64_t>(mtu, r.length - offset));
     if (size > 0) {
-      // Every response of this READ goes out now: read ahead up to the end of the READ.
-      const std::size_t window = static_cast<std::size_t>(std::min<std::uint64_t>(length - offset, kReadAheadBytes));
+      // Read ahead what this step sends (every path MTU divides kReadAheadBytes).
+      const std::uint64_t step_rest = std::min<std::uint64_t>(r.length, std::uint64_t{end} * mtu) - offset;
+      const std::size_t window = static_cast<std::size_t>(std::min<std::uint64_t>(step_rest, kReadAheadBytes));
       const std::optional<std::span<const std::uint8_t>> payload =
-          read_ahead_.get({&qp, first.value(), true}, offset, size, window,
-                          [&](std::span<std::uint8_t> room) { return dma_.read(*mr, va + offset, room); });
-      if (!payload) return false;
+          read_ahead_.get({&qp, r.first.value(), true}, offset, size, window,
+                          [&](std::span<std::uint8_t> room) { return dma_.read(*mr, r.va + offset, room); });
+      if (!payload) return Verdict::operational_error("source memory unreadable", WcStatus::RemOpErr);
       out.payload = *payload;
     }
-    emit(qp, qp.attr.dest_ip, out, duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent,
+    emit(qp, qp.attr.dest_ip, out, r.duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent,
          opcode_info(out.bth.opcode).name);
   }
-  answered(qp, first + (n - 1));
-  return true;
+  if (r.next < r.packets) return Verdict::ok();
+  const Psn last = r.first + (r.packets - 1);
+  qp.resp.read_stream.reset();
+  answered(qp, last);
+  run_waiting(qp);
+  return Verdict::ok();
+}
+
+// A later step of a READ could not read its memory: NAK the PSN of the first response not
+// sent (the requester has taken those before it and fails the READ) and enter the error
+// state, as for a request refused when it arrived.
+void Engine::Impl::abort_read_stream(Qp& qp, const Verdict& v) {
+  const Psn psn = qp.resp.read_stream->first + qp.resp.read_stream->next;
+  qp.resp.read_stream.reset();
+  ++counters_.naks_sent;
+  send_ack(qp, psn, nak_syndrome(v.code), PacketDecision::Sent, "NAK");
+  enter_error(qp, v.why, v.event);
+}
+
+void Engine::Impl::wait_behind_read(Qp& qp, const TransportPacket& p) {
+  Responder& s = qp.resp;
+  if (s.waiting.size() >= kMaxWaitingRequests) {
+    ++counters_.requests_dropped_behind_read;
+    observe(qp, p.bth, PacketDecision::Dropped, "behind a READ being answered, and the queue is full");
+    return;
+  }
+  WaitingRequest& w = s.waiting.emplace_back();
+  w.packet = p;
+  w.bytes.assign(p.payload.begin(), p.payload.end());
+  w.packet.payload = {};
+}
+
+// Runs the requests that waited behind a READ, in order, until one starts another READ
+// stream (the rest wait behind that one) or the QP leaves the states that receive.
+void Engine::Impl::run_waiting(Qp& qp) {
+  Responder& s = qp.resp;
+  while (!s.read_stream && !s.waiting.empty()) {
+    const QpState state = qp.attr.state;
+    if (state == QpState::Reset || state == QpState::Init || state == QpState::Err) {
+      s.waiting.clear();
+      return;
+    }
+    WaitingRequest w = std::move(s.waiting.front());
+    s.waiting.pop_front();
+    w.packet.payload = w.bytes;
+    rc_request(qp, w.packet);
+  }
 }
 
 void Engine::Impl::send_atomic_ack(Qp& qp, Psn psn, std::uint64_t original, bool duplicate) {

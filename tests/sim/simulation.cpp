@@ -38,7 +38,7 @@ constexpr std::uint32_t kQkey = 0x1111'2222;
 constexpr std::uint64_t kRecvTag = 1ull << 31;
 // WRITE targets: each op in a slot of its own, reused only this many ops later.
 constexpr std::size_t kMaxTargetSlots = 64;
-constexpr std::uint32_t kLongMessagePackets = 70;   // beyond rxe's AckReq-every-64 policy
+constexpr std::uint32_t kLongMessagePackets = 140;  // beyond rxe's AckReq-every-64 policy, a READ step (64) and the RC window (128)
 
 const char* name_of(QpType t) {
   switch (t) {
