@@ -93,6 +93,12 @@ SendResult Interface::send_udp(const UdpSend& request, Instant now, PacketFinali
   return impl_->send_udp(request, now, finalizer);
 }
 
+std::size_t Interface::run_loopback(Instant now, const LoopbackObserver& observe) {
+  return impl_->run_loopback(now, observe);
+}
+
+bool Interface::loopback_pending() const { return !impl_->loopback.empty(); }
+
 void Interface::set_observer(StackObserver* observer) { impl_->observer = observer; }
 
 const InterfaceConfig& Interface::config() const { return impl_->config; }

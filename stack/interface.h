@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -140,6 +141,13 @@ struct ArpEntry {
   Duration age;  // since last confirmed
 };
 
+// Sees each packet to our own address as it is delivered (`rrdma-vnic capture`).
+using LoopbackObserver = std::function<void(ByteSpan frame)>;
+
+// At most this many packets to our own address wait for run_loopback(); more are dropped
+// (ipv4.drop_loopback_full), as a full transmit queue would drop them.
+inline constexpr std::size_t kLoopbackQueueLimit = 1024;
+
 class Interface {
  public:
   Interface(InterfaceConfig config, FrameSink& sink);
@@ -167,6 +175,14 @@ class Interface {
   // Builds an IPv4/UDP packet from us to `request.destination` and sends it, or queues it
   // until ARP resolves the next hop. `finalizer` (may be null) writes the trailer.
   SendResult send_udp(const UdpSend& request, Instant now, PacketFinalizer* finalizer = nullptr);
+
+  // Packets to our own address (a RoCE QP connected to another QP of the same vnic) never
+  // reach the frame sink: like Linux's loopback device, send_udp() queues them and this
+  // delivers them as received frames, the ones queued before the call; what their handling
+  // sends to us waits for the next call. Never from inside a send: the sender may be in the
+  // middle of handling a received packet. Returns how many were delivered.
+  std::size_t run_loopback(Instant now, const LoopbackObserver& observe = {});
+  bool loopback_pending() const;
 
   // nullptr for none. The observer must outlive the interface or be reset first.
   void set_observer(StackObserver* observer);

@@ -3,6 +3,8 @@
 // IPv4, ICMP, UDP).
 #pragma once
 
+#include <deque>
+
 #include <array>
 #include <cstdint>
 #include <unordered_map>
@@ -74,6 +76,9 @@ struct Interface::Impl final : ArpCacheClient {
   // and, through the finalizer, the trailer.
   void build_udp(const UdpSend& request, const Ipv4Header& header, MutableByteSpan frame,
                  PacketFinalizer* finalizer);
+  // A packet to our own address: queued for run_loopback() (Ethernet header written here).
+  void loop_back(PendingPacket frame);
+  std::size_t run_loopback(Instant now, const LoopbackObserver& observe);
 
   InterfaceConfig config;
   Ipv4Cidr subnet;
@@ -85,6 +90,7 @@ struct Interface::Impl final : ArpCacheClient {
   std::unordered_map<std::uint16_t, UdpHandler*> udp_ports;
   std::uint16_t next_identification = 1;
   std::optional<Instant> last_defense;  // of our address against an ARP conflict
+  std::deque<PendingPacket> loopback;   // packets to our own address, not yet delivered
 };
 
 }  // namespace rrdma::stack

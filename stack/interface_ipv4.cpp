@@ -150,13 +150,18 @@ PendingPacket Interface::Impl::start_ipv4_packet(Ipv4Header& header) {
 
 std::optional<Interface::Impl::LinkHop> Interface::Impl::link_hop(Ipv4Address destination, Instant now) {
   const auto hop = next_hop(destination);
-  // Our own address would need a loopback path, which the vnic does not have yet.
+  // Our own address has no link hop: send_ipv4() and send_udp() loop it back before this.
   if (!hop || destination == config.address) return std::nullopt;
   if (is_broadcast(destination)) return LinkHop{*hop, MacAddress::broadcast()};
   return LinkHop{*hop, arp.lookup(*hop, now)};
 }
 
 SendResult Interface::Impl::send_ipv4(Ipv4Address destination, PendingPacket frame, Instant now) {
+  if (destination == config.address) {
+    count(Stat::ip_tx_packets);
+    loop_back(std::move(frame));
+    return SendResult::sent;
+  }
   const auto link = link_hop(destination, now);
   if (!link) {
     count(Stat::ip_drop_unroutable);
@@ -205,8 +210,9 @@ SendResult Interface::Impl::send_udp(const UdpSend& request, Instant now,
     count(Stat::ip_tx_too_big);
     return SendResult::too_big;
   }
-  const auto link = link_hop(request.destination, now);
-  if (!link) {
+  const bool local = request.destination == config.address;
+  const auto link = local ? std::nullopt : link_hop(request.destination, now);
+  if (!local && !link) {
     count(Stat::ip_drop_unroutable);
     return SendResult::unroutable;
   }
@@ -224,7 +230,7 @@ SendResult Interface::Impl::send_udp(const UdpSend& request, Instant now,
   const std::size_t frame_length = EthernetHeader::length() + header.total_length();
   count(Stat::ip_tx_packets);
   count(Stat::udp_tx_datagrams);
-  if (link->mac) {
+  if (!local && link->mac) {
     if (const MutableByteSpan slot = sink.prepare(frame_length); slot.size() >= frame_length) {
       const MutableByteSpan frame = slot.first(frame_length);
       build_udp(request, header, frame, finalizer);
@@ -237,12 +243,37 @@ SendResult Interface::Impl::send_udp(const UdpSend& request, Instant now,
   }
   PendingPacket frame(frame_length);
   build_udp(request, header, MutableByteSpan(frame), finalizer);
+  if (local) {
+    loop_back(std::move(frame));
+    return SendResult::sent;
+  }
   if (link->mac) {
     transmit_to(*link->mac, EtherType::ipv4, frame);
     return SendResult::sent;
   }
   arp.enqueue(link->hop, std::move(frame), now);
   return SendResult::queued;
+}
+
+// A frame to ourselves, as Linux's loopback device takes one: never on the wire, so no ARP
+// and no Ethernet counters; it comes back through the IPv4 input with every check of a
+// received packet (header checksum, UDP checksum, RoCE's ICRC), so what a QP connected to
+// its own vnic sees is what a remote peer would have sent.
+void Interface::Impl::loop_back(PendingPacket frame) {
+  if (loopback.size() >= kLoopbackQueueLimit) return count(Stat::ip_drop_loopback_full);
+  EthernetHeader{config.mac, config.mac, EtherType::ipv4}.emit(MutableByteSpan(frame));
+  count(Stat::ip_tx_loopback);
+  loopback.push_back(std::move(frame));
+}
+
+std::size_t Interface::Impl::run_loopback(Instant now, const LoopbackObserver& observe) {
+  std::deque<PendingPacket> batch;
+  batch.swap(loopback);  // what these packets' handling sends to us goes to the next call
+  for (const PendingPacket& frame : batch) {
+    if (observe) observe(frame);
+    if (const auto view = EthernetView::check(frame)) receive_ipv4(*view, now);
+  }
+  return batch.size();
 }
 
 }  // namespace rrdma::stack

@@ -382,6 +382,18 @@ void Daemon::start_nic() {
     nic_->advance(now);
     return nic_->next_deadline();
   });
+  // Packets to our own address (QPs of this vnic connected to each other) come back here,
+  // the last timer source, so that what the others sent this turn is delivered this turn.
+  // They are a batch of received frames like any other: end_of_frames() after it. Having
+  // delivered some, it asks for one more turn at once: the sources before it (the Nic's
+  // timers and deferred work) saw the state before the delivery.
+  loop_->add_timer_source([this](Instant now) -> std::optional<Instant> {
+    const std::size_t delivered = interface_->run_loopback(
+        now, [this](ByteSpan frame) { capture_->on_frame(frame, FrameDirection::Received); });
+    if (delivered > 0) nic_->end_of_frames();
+    if (delivered > 0 || interface_->loopback_pending()) return now;
+    return std::nullopt;
+  });
 }
 
 // The TAP's state becomes the port's (IBV_EVENT_PORT_ACTIVE / PORT_ERR, query_port): the

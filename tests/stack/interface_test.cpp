@@ -608,6 +608,118 @@ TEST_CASE("interface: routing on-link, via the gateway, or unroutable", "[interf
   }
 }
 
+struct TrailerOfOnes : PacketFinalizer {
+  void finalize(MutableByteSpan ip_packet) override {
+    std::fill(ip_packet.end() - 4, ip_packet.end(), std::uint8_t{1});
+  }
+};
+
+TEST_CASE("interface: a datagram to our own address comes back on the next run_loopback, never on the wire",
+          "[interface][ipv4][loopback]") {
+  RecordingSink sink;
+  Interface iface(our_config(), sink);
+  RecordingHandler handler;
+  iface.bind_udp(4791, handler);
+  const Bytes payload{9, 8, 7, 6, 5};
+  UdpSend send;
+  send.destination = our_ip;
+  send.source_port = 50000;
+  send.destination_port = 4791;
+  send.payload = payload;
+  send.trailer_length = 4;
+  send.compute_checksum = false;
+  TrailerOfOnes trailer;
+  CHECK(iface.send_udp(send, t0, &trailer) == SendResult::sent);
+  // Not delivered from inside the send, and no ARP for ourselves.
+  CHECK(handler.received.empty());
+  CHECK(sink.frames.empty());
+  CHECK(iface.loopback_pending());
+
+  std::vector<Bytes> seen;
+  CHECK(iface.run_loopback(t0 + milliseconds(1), [&](ByteSpan f) { seen.emplace_back(f.begin(), f.end()); }) == 1);
+  CHECK_FALSE(iface.loopback_pending());
+  REQUIRE(handler.received.size() == 1);
+  const auto& got = handler.received[0];
+  CHECK(got.ip.source == our_ip);
+  CHECK(got.ip.destination == our_ip);
+  CHECK(got.source_mac == our_mac);
+  CHECK(got.source_port == 50000);
+  CHECK(got.destination_port == 4791);
+  CHECK(got.payload == Bytes{9, 8, 7, 6, 5, 1, 1, 1, 1});  // the finalizer's trailer too
+  CHECK(got.now == t0 + milliseconds(1));
+  REQUIRE(seen.size() == 1);
+  const auto eth = EthernetView::check(seen[0]);
+  CHECK(eth->destination() == our_mac);
+  CHECK(eth->source() == our_mac);
+  CHECK(sink.frames.empty());
+  CHECK(counter(iface, "ipv4", "tx_loopback") == 1);
+  CHECK(counter(iface, "ipv4", "tx_packets") == 1);
+  CHECK(counter(iface, "ipv4", "rx_packets") == 1);
+  CHECK(counter(iface, "ethernet", "tx_frames") == 0);
+  CHECK(counter(iface, "arp", "tx_requests") == 0);
+  CHECK(iface.run_loopback(t0) == 0);
+}
+
+// A handler that answers every datagram to ourselves: what it sends waits for the next run.
+struct EchoToSelf : UdpHandler {
+  Interface* iface = nullptr;
+  int received = 0;
+  void receive_udp(const UdpDatagram& d, Instant now) override {
+    ++received;
+    UdpSend reply;
+    reply.destination = d.ip.source;
+    reply.source_port = d.destination_port;
+    reply.destination_port = d.source_port;
+    reply.payload = d.payload;
+    iface->send_udp(reply, now);
+  }
+};
+
+TEST_CASE("interface: what a looped-back datagram's handler sends to us waits for the next run",
+          "[interface][ipv4][loopback]") {
+  RecordingSink sink;
+  Interface iface(our_config(), sink);
+  EchoToSelf echo;
+  echo.iface = &iface;
+  iface.bind_udp(7, echo);
+  const Bytes payload{1};
+  UdpSend send;
+  send.destination = our_ip;
+  send.source_port = 7;
+  send.destination_port = 7;
+  send.payload = payload;
+  REQUIRE(iface.send_udp(send, t0) == SendResult::sent);
+  for (int run = 1; run <= 5; ++run) {
+    CHECK(iface.run_loopback(t0) == 1);  // one at a time: no unbounded recursion
+    CHECK(echo.received == run);
+    CHECK(iface.loopback_pending());
+  }
+}
+
+TEST_CASE("interface: the loopback queue is bounded, and an unbound port answers us with ICMP",
+          "[interface][ipv4][loopback]") {
+  RecordingSink sink;
+  Interface iface(our_config(), sink);
+  const Bytes payload{1, 2};
+  UdpSend send;
+  send.destination = our_ip;
+  send.destination_port = 9;  // nobody listens
+  send.payload = payload;
+  for (std::size_t i = 0; i < kLoopbackQueueLimit + 3; ++i) iface.send_udp(send, t0);
+  CHECK(counter(iface, "ipv4", "tx_loopback") == kLoopbackQueueLimit);
+  CHECK(counter(iface, "ipv4", "drop_loopback_full") == 3);
+  CHECK(iface.run_loopback(t0) == kLoopbackQueueLimit);
+  CHECK(counter(iface, "udp", "drop_no_port") == kLoopbackQueueLimit);
+  // Port unreachable, rate-limited (burst 10), to ourselves as well; an ICMP error is never
+  // answered with another.
+  const std::uint64_t unreachable = counter(iface, "icmp", "tx_port_unreachable");
+  CHECK(unreachable == IcmpRateLimit{}.burst);
+  CHECK(iface.run_loopback(t0) == unreachable);
+  CHECK(counter(iface, "icmp", "rx_unreachable") == unreachable);
+  CHECK_FALSE(iface.loopback_pending());
+  CHECK(sink.frames.empty());
+}
+
 TEST_CASE("interface: an echo from off-link is answered through the gateway",
           "[interface][icmp][ipv4]") {
   RecordingSink sink;
@@ -688,6 +800,7 @@ TEST_CASE("interface: counters include every name the CLI and tests rely on", "[
       {"ipv4", "drop_bad_version"}, {"ipv4", "drop_bad_ihl"}, {"ipv4", "drop_bad_length"},
       {"ipv4", "drop_bad_checksum"}, {"ipv4", "drop_fragment"}, {"ipv4", "drop_not_for_us"},
       {"ipv4", "drop_unknown_protocol"}, {"ipv4", "drop_unroutable"},
+      {"ipv4", "tx_loopback"}, {"ipv4", "drop_loopback_full"},
       {"icmp", "rx_echo_requests"}, {"icmp", "tx_echo_replies"}, {"icmp", "tx_port_unreachable"},
       {"icmp", "port_unreachable_rate_limited"}, {"icmp", "drop_malformed"},
       {"icmp", "drop_bad_checksum"},

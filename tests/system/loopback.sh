@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Two applications on ONE vnic, connected to each other: RoCE v2 to the vnic's own address
+# never reaches the TAP (the stack loops it back, like Linux's loopback device) and every
+# layer above sees it as a received packet.
+#   1. the verbs peer over the C++ API, server and client both on the vnic: every data
+#      case (RC, UC, UD) from 0 B to 1 MiB, payloads verified by the program, then the
+#      error cases (wrong R_Key, RNR, ...) with their exact statuses;
+#   2. Debian's unmodified ibv_rc_pingpong, ibv_ud_pingpong, ib_write_bw and ib_read_bw,
+#      both ends on the vnic through `rrdma-vnic exec`;
+#   3. the counters: the looped-back packets are counted and none went out on the TAP.
+# The side channel of the programs is TCP over 127.0.0.1 in the test's own namespace.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/verbs_lib.sh"
+TEST_DEADLINE=${RRDMA_TEST_DEADLINE:-600}
+init_test lo
+require_system
+[[ -n "${RRDMA_VERBS_PEER:-}" && -x "$RRDMA_VERBS_PEER" ]] || fail "RRDMA_VERBS_PEER is not an executable: '${RRDMA_VERBS_PEER:-}'"
+for program in ibv_rc_pingpong ibv_ud_pingpong ib_write_bw ib_read_bw; do
+  command -v "$program" >/dev/null ||
+    skip "no '$program': install Debian's ibverbs-utils and perftest (scripts/deps does)"
+done
+
+BR="${PREFIX}b"
+VNIC="${PREFIX}v"
+# The whole scene in a namespace of its own (lib.sh's host()), so that 127.0.0.1 and the
+# side channel's ports are the test's alone.
+use_private_host
+make_bridge "$BR"
+log "up $VNIC ($NET.10) on $BR, in namespace $HOST_NS"
+vnic_up "$VNIC" --ip "$NET.10/24" --mac "$(mac_for 1)" --bridge "$BR" --mtu 9000
+set_perftest_env
+# Background programs are started as plain commands (not through the host() function,
+# whose subshell would be what $! names), so that a kill reaches the program.
+IN_HOST=(ip netns exec "$HOST_NS")
+KEEP_GOING=1
+PORT=$(( 20000 + ID_NUM % 20000 ))
+
+stats_snapshot "$VNIC" "$TMPD/before.json"
+# listening PID: the side channel's port is open, or the server is gone (wait no longer).
+listening() {
+  kill -0 "$1" 2>/dev/null || return 0
+  grep -q LISTEN <<<"$("${IN_HOST[@]}" ss -ltn "sport = :$PORT")"
+}
+
+# pair NAME SECONDS CMD...: CMD as server, then CMD 127.0.0.1 as client, both on the vnic;
+# both must exit 0.
+pair() {
+  local name=$1 limit=$2 server_rc=0 client_rc=0
+  shift 2
+  "${IN_HOST[@]}" timeout --kill-after=5 "$limit" "$@" >"$TMPD/$name.server" 2>&1 &
+  local server_pid=$!
+  # Debian's programs do not retry a refused connection: the server must listen first.
+  wait_until 30 "$name's server to listen on $PORT" listening "$server_pid"
+  "${IN_HOST[@]}" timeout --kill-after=5 "$limit" "$@" 127.0.0.1 >"$TMPD/$name.client" 2>&1 || client_rc=$?
+  wait_pid_bounded "$server_pid" 30 || server_rc=$?
+  sed "s/^/  [server] /" "$TMPD/$name.server" | tail -n 25
+  sed "s/^/  [client] /" "$TMPD/$name.client" | tail -n 25
+  (( server_rc == 0 && client_rc == 0 )) ||
+    fail_case "$name: server exit $server_rc, client exit $client_rc (124: timed out)"
+}
+
+PEER=("$RRDMA_VERBS_PEER" --dev "$VNIC" --port "$PORT" --timeout 60)
+
+log "the verbs peer, every data case, both ends on $VNIC"
+"${IN_HOST[@]}" timeout 200 "${PEER[@]}" --server --case all --sizes 0,1,4097,65536,1M --seed 3 >"$TMPD/data.server" 2>&1 &
+server_pid=$!
+rc=0
+"${IN_HOST[@]}" timeout 200 "${PEER[@]}" --connect 127.0.0.1 --case all --sizes 0,1,4097,65536,1M --seed 3 \
+  >"$TMPD/data.client" 2>&1 || rc=$?
+wait_pid_bounded "$server_pid" 30 || rc=$?
+sed "s/^/  [client] /" "$TMPD/data.client"
+(( rc == 0 )) || { sed "s/^/  [server] /" "$TMPD/data.server"; fail_case "data cases: exit $rc"; }
+
+log "the verbs peer, the error cases"
+"${IN_HOST[@]}" timeout 200 "${PEER[@]}" --server --case errors --seed 4 >"$TMPD/errors.server" 2>&1 &
+server_pid=$!
+rc=0
+"${IN_HOST[@]}" timeout 200 "${PEER[@]}" --connect 127.0.0.1 --case errors --seed 4 >"$TMPD/errors.client" 2>&1 || rc=$?
+wait_pid_bounded "$server_pid" 30 || rc=$?
+sed "s/^/  [client] /" "$TMPD/errors.client"
+(( rc == 0 )) || { sed "s/^/  [server] /" "$TMPD/errors.server"; fail_case "error cases: exit $rc"; }
+
+EXEC=(${PERFTEST_ENV[@]+"${PERFTEST_ENV[@]}"} "$RRDMA_VNIC" exec --dev "$VNIC" --)
+log "unmodified programs, both ends on $VNIC"
+pair rc_pingpong 60 "${EXEC[@]}" ibv_rc_pingpong -d "$VNIC" -g 0 -p "$PORT" -n 500 -s 4096
+grep -q "500 iters in" "$TMPD/rc_pingpong.client" || fail_case "ibv_rc_pingpong printed no summary"
+pair ud_pingpong 60 "${EXEC[@]}" ibv_ud_pingpong -d "$VNIC" -g 0 -p "$PORT" -n 500 -s 1024
+grep -q "500 iters in" "$TMPD/ud_pingpong.client" || fail_case "ibv_ud_pingpong printed no summary"
+pair write_bw 90 "${EXEC[@]}" ib_write_bw -d "$VNIC" -x 0 -p "$PORT" -n 2000 -s 65536
+grep -Eq "^ *65536 +2000 " "$TMPD/write_bw.client" || fail_case "ib_write_bw printed no result line"
+pair read_bw 90 "${EXEC[@]}" ib_read_bw -d "$VNIC" -x 0 -p "$PORT" -n 2000 -s 65536
+grep -Eq "^ *65536 +2000 " "$TMPD/read_bw.client" || fail_case "ib_read_bw printed no result line"
+
+log "the counters"
+stats_snapshot "$VNIC" "$TMPD/after.json"
+counter "$TMPD/after.json" ipv4.tx_loopback; looped=$COUNT
+counter "$TMPD/after.json" ipv4.drop_loopback_full; full=$COUNT
+counter "$TMPD/before.json" daemon.tap_tx_frames; tx_before=$COUNT
+counter "$TMPD/after.json" daemon.tap_tx_frames; tx_after=$COUNT
+log "ipv4.tx_loopback $looped, ipv4.drop_loopback_full $full, TAP frames sent $tx_before -> $tx_after"
+# ib_write_bw alone moved 2000 x 16 packets of 4096 B through the loop.
+(( looped >= 32000 )) || fail_case "ipv4.tx_loopback is $looped, expected at least 32000"
+# The TAP carried none of it: at most an ARP announcement or answer or two.
+(( tx_after - tx_before <= 4 )) || fail_case "the TAP sent $(( tx_after - tx_before )) frames during the test"
+
+finish_cases
