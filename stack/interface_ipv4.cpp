@@ -270,6 +270,7 @@ std::size_t Interface::Impl::run_loopback(Instant now, const LoopbackObserver& o
   std::deque<PendingPacket> batch;
   batch.swap(loopback);  // what these packets' handling sends to us goes to the next call
   for (const PendingPacket& frame : batch) {
+    count(Stat::ip_rx_loopback);
     if (observe) observe(frame);
     if (const auto view = EthernetView::check(frame)) receive_ipv4(*view, now);
   }

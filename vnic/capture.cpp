@@ -63,9 +63,11 @@ std::optional<CaptureRecord> parse_capture_record(ByteSpan message) {
 FrameTotals frame_totals(const std::vector<stack::Counter>& counters) {
   FrameTotals totals;
   for (const stack::Counter& counter : counters) {
+    // A frame looped back to our own address (docs/STACK.md) is seen once, as received.
+    if (counter.layer == "ipv4" && counter.name == "rx_loopback") totals.received += counter.value;
     if (counter.layer != "ethernet") continue;
-    if (counter.name == "rx_frames") totals.received = counter.value;
-    if (counter.name == "tx_frames") totals.sent = counter.value;
+    if (counter.name == "rx_frames") totals.received += counter.value;
+    if (counter.name == "tx_frames") totals.sent += counter.value;
   }
   return totals;
 }

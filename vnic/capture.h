@@ -63,7 +63,8 @@ struct FrameTotals {
   std::uint64_t sent = 0;
 };
 
-// From the stack's counters (ethernet.rx_frames and ethernet.tx_frames).
+// From the stack's counters (ethernet.rx_frames and ethernet.tx_frames; a frame looped back to our
+// own address, ipv4.rx_loopback, is seen once, as received).
 FrameTotals frame_totals(const std::vector<stack::Counter>& counters);
 
 struct CaptureCounters {

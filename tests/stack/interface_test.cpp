@@ -608,12 +608,6 @@ TEST_CASE("interface: routing on-link, via the gateway, or unroutable", "[interf
   }
 }
 
-struct TrailerOfOnes : PacketFinalizer {
-  void finalize(MutableByteSpan ip_packet) override {
-    std::fill(ip_packet.end() - 4, ip_packet.end(), std::uint8_t{1});
-  }
-};
-
 TEST_CASE("interface: a datagram to our own address comes back on the next run_loopback, never on the wire",
           "[interface][ipv4][loopback]") {
   RecordingSink sink;
@@ -628,7 +622,7 @@ TEST_CASE("interface: a datagram to our own address comes back on the next run_l
   send.payload = payload;
   send.trailer_length = 4;
   send.compute_checksum = false;
-  TrailerOfOnes trailer;
+  TrailerWriter trailer;
   CHECK(iface.send_udp(send, t0, &trailer) == SendResult::sent);
   // Not delivered from inside the send, and no ARP for ourselves.
   CHECK(handler.received.empty());
@@ -645,7 +639,9 @@ TEST_CASE("interface: a datagram to our own address comes back on the next run_l
   CHECK(got.source_mac == our_mac);
   CHECK(got.source_port == 50000);
   CHECK(got.destination_port == 4791);
-  CHECK(got.payload == Bytes{9, 8, 7, 6, 5, 1, 1, 1, 1});  // the finalizer's trailer too
+  REQUIRE(trailer.seen.size() == 1);
+  const std::uint8_t id = trailer.seen[0][5];  // what TrailerWriter writes 4 times
+  CHECK(got.payload == Bytes{9, 8, 7, 6, 5, id, id, id, id});  // the finalizer's trailer too
   CHECK(got.now == t0 + milliseconds(1));
   REQUIRE(seen.size() == 1);
   const auto eth = EthernetView::check(seen[0]);
@@ -653,6 +649,7 @@ TEST_CASE("interface: a datagram to our own address comes back on the next run_l
   CHECK(eth->source() == our_mac);
   CHECK(sink.frames.empty());
   CHECK(counter(iface, "ipv4", "tx_loopback") == 1);
+  CHECK(counter(iface, "ipv4", "rx_loopback") == 1);
   CHECK(counter(iface, "ipv4", "tx_packets") == 1);
   CHECK(counter(iface, "ipv4", "rx_packets") == 1);
   CHECK(counter(iface, "ethernet", "tx_frames") == 0);
@@ -800,7 +797,7 @@ TEST_CASE("interface: counters include every name the CLI and tests rely on", "[
       {"ipv4", "drop_bad_version"}, {"ipv4", "drop_bad_ihl"}, {"ipv4", "drop_bad_length"},
       {"ipv4", "drop_bad_checksum"}, {"ipv4", "drop_fragment"}, {"ipv4", "drop_not_for_us"},
       {"ipv4", "drop_unknown_protocol"}, {"ipv4", "drop_unroutable"},
-      {"ipv4", "tx_loopback"}, {"ipv4", "drop_loopback_full"},
+      {"ipv4", "tx_loopback"}, {"ipv4", "rx_loopback"}, {"ipv4", "drop_loopback_full"},
       {"icmp", "rx_echo_requests"}, {"icmp", "tx_echo_replies"}, {"icmp", "tx_port_unreachable"},
       {"icmp", "port_unreachable_rate_limited"}, {"icmp", "drop_malformed"},
       {"icmp", "drop_bad_checksum"},

@@ -7,7 +7,9 @@
 #      error cases (wrong R_Key, RNR, ...) with their exact statuses;
 #   2. Debian's unmodified ibv_rc_pingpong, ibv_ud_pingpong, ib_write_bw and ib_read_bw,
 #      both ends on the vnic through `rrdma-vnic exec`;
-#   3. the counters: the looped-back packets are counted and none went out on the TAP.
+#   3. `rrdma-vnic capture` holds each looped-back frame once (tshark decodes them) and its
+#      totals add up;
+#   4. the counters: the looped-back packets are counted and none went out on the TAP.
 # The side channel of the programs is TCP over 127.0.0.1 in the test's own namespace.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/verbs_lib.sh"
@@ -90,6 +92,31 @@ pair write_bw 90 "${EXEC[@]}" ib_write_bw -d "$VNIC" -x 0 -p "$PORT" -n 2000 -s 
 grep -Eq "^ *65536 +2000 " "$TMPD/write_bw.client" || fail_case "ib_write_bw printed no result line"
 pair read_bw 90 "${EXEC[@]}" ib_read_bw -d "$VNIC" -x 0 -p "$PORT" -n 2000 -s 65536
 grep -Eq "^ *65536 +2000 " "$TMPD/read_bw.client" || fail_case "ib_read_bw printed no result line"
+
+log "capture: a looped-back frame is in the file once, and the totals add up"
+FILE="$TMPD/lo.pcap"
+"${IN_HOST[@]}" "$RRDMA_VNIC" capture "$VNIC" -w "$FILE" >"$FILE.out" 2>"$FILE.err" &
+capture_pid=$!
+wait_until 10 "capture to start" grep -q "capturing on $VNIC" "$FILE.err"
+pair captured 60 "${EXEC[@]}" ibv_rc_pingpong -d "$VNIC" -g 0 -p "$PORT" -n 20 -s 100
+kill -INT "$capture_pid"
+wait_pid_bounded "$capture_pid" 20 || fail_case "capture exited $?: $(cat "$FILE.err")"
+log "  $(cat "$FILE.out")"
+summary_field() { tr ' ' '\n' <"$FILE.out" | sed -n "s/^$1=//p"; }
+written=$(summary_field frames_written)
+forwarded=$(summary_field frames_forwarded)
+dropped=$(summary_field frames_dropped)
+received=$(summary_field nic_received)
+sent=$(summary_field nic_sent)
+# 20 round trips: 40 SENDs of one packet each and their 40 ACKs, each captured once.
+(( written >= 80 )) || fail_case "the capture holds $written frames, expected at least 80"
+(( forwarded + dropped == received + sent )) ||
+  fail_case "frames forwarded $forwarded + dropped $dropped != the stack's received $received + sent $sent"
+if command -v tshark >/dev/null; then
+  roce=$(tshark -r "$FILE" -Y "udp.dstport == 4791 && ip.src == $NET.10 && ip.dst == $NET.10 && infiniband.bth.opcode" \
+           -T fields -e frame.number 2>/dev/null | wc -l)
+  (( roce >= 80 )) || fail_case "tshark decodes $roce RoCE frames from $NET.10 to itself, expected at least 80"
+fi
 
 log "the counters"
 stats_snapshot "$VNIC" "$TMPD/after.json"

@@ -55,6 +55,15 @@ TEST_CASE("capture records round-trip and refuse what does not add up") {
   CHECK_FALSE(parse_capture_record(ByteSpan(too_big)));
 }
 
+TEST_CASE("capture totals: frames looped back to our own address count as received") {
+  const std::vector<stack::Counter> counters = {
+      {"ethernet", "rx_frames", 7}, {"ethernet", "tx_frames", 5}, {"ipv4", "rx_loopback", 11},
+      {"ipv4", "tx_loopback", 12}, {"ipv4", "rx_packets", 100}, {"udp", "rx_frames", 1000}};
+  const FrameTotals totals = frame_totals(counters);
+  CHECK(totals.received == 7 + 11);
+  CHECK(totals.sent == 5);
+}
+
 TEST_CASE("AETH syndromes: ACK, RNR NAK, NAK codes (IBA 9.7.5.1)") {
   CHECK(ack_kind(0x1F) == AckKind::Ack);
   CHECK(ack_kind(0x20 | 12) == AckKind::RnrNak);
