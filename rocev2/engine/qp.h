@@ -75,6 +75,8 @@ struct ReadStream {
   std::uint64_t va = 0;            // of response 0 of this stream
   std::uint32_t length = 0;
   Psn first{};                     // PSN of response 0: the request's PSN
+  std::uint32_t mtu = 0;           // the path MTU when it started: offsets stay those of the
+                                   // responses already sent, whatever modify_qp does meanwhile
   std::uint32_t packets = 1;
   std::uint32_t next = 0;          // index of the next response to send
   bool duplicate = false;          // answers a duplicate request (observed as retransmitted)

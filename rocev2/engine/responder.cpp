@@ -37,8 +37,14 @@ void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p) {
   Responder& s = qp.resp;
   const Psn psn = p.bth.psn;
   if (s.read_stream) {
+    // A request for the rest of the READ being answered replaces that rest, unless requests
+    // that arrived before it still wait: they are answered first, in arrival order (the
+    // requester asks again from its oldest gap, so a waiting re-request for an older READ
+    // or atomic is what it needs next; answering the newer READ first would only be
+    // thrown away).
     const ReadStream& r = *s.read_stream;
-    const bool restarts = p.bth.opcode == Opcode::RcReadRequest && !psn.before(r.read_first) && psn.before(r.read_end);
+    const bool restarts = p.bth.opcode == Opcode::RcReadRequest && !psn.before(r.read_first) &&
+                          psn.before(r.read_end) && s.waiting.empty();
     if (!restarts) {
       wait_behind_read(qp, p);
       return;
@@ -379,7 +385,8 @@ Verdict Engine::Impl::start_read_stream(Qp& qp, const Reth& reth, Psn psn, bool 
   r.va = reth.virtual_address;
   r.length = reth.dma_length;
   r.first = psn;
-  r.packets = packets_for(reth.dma_length, qp.attr.path_mtu);
+  r.mtu = qp.attr.path_mtu;
+  r.packets = packets_for(reth.dma_length, r.mtu);
   r.duplicate = duplicate;
   r.read_first = psn;
   r.read_end = psn + r.packets;
@@ -398,7 +405,7 @@ Verdict Engine::Impl::start_read_stream(Qp& qp, const Reth& reth, Psn psn, bool 
 Verdict Engine::Impl::step_read_stream(Qp& qp) {
   ReadStream& r = *qp.resp.read_stream;
   const ReadAheadScope read_ahead(read_ahead_);
-  const std::uint32_t mtu = qp.attr.path_mtu;
+  const std::uint32_t mtu = r.mtu;
   const std::uint32_t end = std::min(r.packets, r.next + kReadResponsesPerStep);
   std::optional<MrFacts> mr;
   if (r.length > 0) {

@@ -20,6 +20,15 @@ bool is_read_response(const Captured& c) {
          op == Opcode::RcReadResponseLast || op == Opcode::RcReadResponseOnly;
 }
 
+// [first, last) are `count` packets with the PSNs from `from` on, in order.
+template <typename It>
+bool psns_in_order(It first, It last, Psn from, std::uint32_t count) {
+  if (std::distance(first, last) != static_cast<std::ptrdiff_t>(count)) return false;
+  for (std::uint32_t k = 0; first != last; ++first, ++k)
+    if (first->packet.bth.psn != from + k) return false;
+  return true;
+}
+
 struct ReadScene {
   Pair p{QpType::Rc, kMtu};
   MrFacts remote;
@@ -139,6 +148,64 @@ TEST_CASE("READ stream: a duplicate of the READ being answered restarts it inste
   CHECK(s.landed() == s.data);
 }
 
+// The requester asks again from its oldest gap: a re-request for an older READ that waits
+// behind the stream comes before the re-request for the stream's own READ, and must be
+// answered first; answering the newer READ first would be thrown away and cost a timeout.
+TEST_CASE("READ stream: a request for the rest of the READ being answered waits behind older requests") {
+  constexpr std::size_t kOld = 16 * kKiB;   // PSNs +0..+15
+  constexpr std::size_t kNew = 192 * kKiB;  // PSNs +16..+207: three steps
+  Pair p(QpType::Rc, kMtu);
+  const MrFacts old_remote = p.b.memory.add(p.b.pd, kAllRemote, kOld, 0x5000000);
+  const MrFacts new_remote = p.b.memory.add(p.b.pd, kAllRemote, kNew, 0x5800000);
+  const MrFacts old_local = p.a.memory.add(p.a.pd, kAllRemote, kOld, 0x6000000);
+  const MrFacts new_local = p.a.memory.add(p.a.pd, kAllRemote, kNew, 0x6800000);
+  const std::vector<std::uint8_t> old_data = pattern(kOld, 3);
+  const std::vector<std::uint8_t> new_data = pattern(kNew, 5);
+  std::copy(old_data.begin(), old_data.end(), p.b.memory.bytes(old_remote).begin());
+  std::copy(new_data.begin(), new_data.end(), p.b.memory.bytes(new_remote).begin());
+  SendWr old_read = send_wr(1, WrOpcode::RdmaRead, old_local, kOld);
+  old_read.remote_addr = old_remote.base;
+  old_read.rkey = old_remote.rkey;
+  SendWr new_read = send_wr(2, WrOpcode::RdmaRead, new_local, kNew);
+  new_read.remote_addr = new_remote.base;
+  new_read.rkey = new_remote.rkey;
+  REQUIRE(p.a.engine.post_send(p.a.qpn, old_read, p.now) == VerbResult::Ok);
+  REQUIRE(p.a.engine.post_send(p.a.qpn, new_read, p.now) == VerbResult::Ok);
+  p.deliver(p.a, p.b, p.a.host.take_sent());
+  std::vector<Captured> first = p.b.host.take_sent();
+  REQUIRE(first.size() == 16 + kStep);  // the old READ whole, the new one's first step
+  first.erase(first.begin() + 5);       // the old READ's response +5 is lost
+  p.deliver(p.b, p.a, first);
+  const std::vector<Captured> again = p.a.host.take_sent();
+  REQUIRE(again.size() == 2);  // from the gap: the old READ from +5, the new one whole
+  CHECK(again[0].packet.bth.psn == p.a_psn + 5u);
+  CHECK(again[1].packet.bth.psn == p.a_psn + 16u);
+
+  p.deliver(p.a, p.b, again);
+  p.run_due(p.b);
+  const std::vector<Captured> answer = p.b.host.take_sent();
+  // The old READ's rest comes before the new READ is answered again from its start.
+  const auto old_rest = std::find_if(answer.begin(), answer.end(),
+                                     [&](const Captured& c) { return c.packet.bth.psn == p.a_psn + 5u; });
+  const auto new_again = std::find_if(old_rest, answer.end(),
+                                      [&](const Captured& c) { return c.packet.bth.psn == p.a_psn + 16u; });
+  REQUIRE(old_rest != answer.end());
+  REQUIRE(new_again != answer.end());
+  CHECK(psns_in_order(old_rest, new_again, p.a_psn + 5u, 11));
+  CHECK(p.b.engine.counters().read_streams_restarted == 0);
+
+  p.deliver(p.b, p.a, answer);
+  p.exchange();
+  REQUIRE(p.a.host.completions.size() == 2);
+  CHECK(p.a.host.completions[0].status == WcStatus::Success);
+  CHECK(p.a.host.completions[1].status == WcStatus::Success);
+  CHECK(p.a.engine.counters().timeouts == 0);
+  const std::span<std::uint8_t> old_landed = p.a.memory.bytes(old_local);
+  const std::span<std::uint8_t> new_landed = p.a.memory.bytes(new_local);
+  CHECK(std::equal(old_landed.begin(), old_landed.end(), old_data.begin(), old_data.end()));
+  CHECK(std::equal(new_landed.begin(), new_landed.end(), new_data.begin(), new_data.end()));
+}
+
 TEST_CASE("READ stream: memory deregistered while its READ is answered is not read again, and the READ is NAKed") {
   constexpr std::size_t kRead = 192 * kKiB;
   ReadScene s(kRead);
@@ -175,6 +242,27 @@ TEST_CASE("READ stream: moving the QP to ERR stops the READ being answered") {
   CHECK_FALSE(s.p.b.engine.next_deadline().has_value());
   s.p.b.engine.advance(s.p.now);
   CHECK(s.p.b.host.sent.empty());
+}
+
+TEST_CASE("READ stream: a path MTU changed by modify_qp meanwhile leaves the READ's packets as they began") {
+  constexpr std::size_t kRead = 192 * kKiB;
+  ReadScene s(kRead);
+  s.post_read(1, kRead);
+  s.p.deliver(s.p.a, s.p.b, s.p.a.host.take_sent());
+  std::vector<Captured> sent = s.p.b.host.take_sent();
+  REQUIRE(sent.size() == kStep);
+  QpAttr bigger;
+  bigger.path_mtu = 4096;
+  REQUIRE(s.p.b.engine.modify_qp(s.p.b.qpn, bigger, qp_attr::kPathMtu, s.p.now) == VerbResult::Ok);
+  s.p.run_due(s.p.b);
+  const std::vector<Captured> rest = s.p.b.host.take_sent();
+  REQUIRE(rest.size() == 192 - kStep);
+  CHECK(std::all_of(rest.begin(), rest.end(), [](const Captured& c) { return c.payload.size() == kMtu; }));
+  sent.insert(sent.end(), rest.begin(), rest.end());
+  s.p.deliver(s.p.b, s.p.a, sent);
+  REQUIRE(s.p.a.host.completions.size() == 1);
+  CHECK(s.p.a.host.completions[0].status == WcStatus::Success);
+  CHECK(s.landed() == s.data);
 }
 
 TEST_CASE("READ stream: each step reads only what it sends, so every byte is read once") {
