@@ -3,10 +3,9 @@
 // IPv4, ICMP, UDP).
 #pragma once
 
-#include <deque>
-
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <unordered_map>
 #include <vector>
 
