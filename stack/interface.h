@@ -126,6 +126,9 @@ class StackObserver {
   // A received frame was dropped; `layer` and `reason` are the counter's names.
   virtual void frame_dropped(std::string_view /*layer*/, std::string_view /*reason*/,
                              ByteSpan /*frame*/) {}
+  // A frame to our own address was queued for run_loopback() instead of being sent: what
+  // a frame sink would have seen (the frame as it will be delivered, valid during the call).
+  virtual void frame_looped_back(ByteSpan /*frame*/) {}
 };
 
 // A named counter, grouped by layer, for `rrdma-vnic stats`.
@@ -145,7 +148,7 @@ struct ArpEntry {
 using LoopbackObserver = std::function<void(ByteSpan frame)>;
 
 // At most this many packets to our own address wait for run_loopback(); more are dropped
-// (ipv4.drop_loopback_full), as a full transmit queue would drop them.
+// (ipv4.tx_loopback_full), as a full transmit queue would drop them.
 inline constexpr std::size_t kLoopbackQueueLimit = 1024;
 
 class Interface {

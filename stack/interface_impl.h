@@ -50,7 +50,9 @@ struct Interface::Impl final : ArpCacheClient {
   void arp_failed(Ipv4Address target, std::size_t dropped_packets) override;
 
   // --- IPv4, ICMP, UDP (interface_ipv4.cpp)
-  void receive_ipv4(const EthernetView& frame, Instant now);
+  // `looped_back`: the frame comes from run_loopback(), the one way our own address may
+  // arrive as a source.
+  void receive_ipv4(const EthernetView& frame, Instant now, bool looped_back = false);
   void receive_icmp(const EthernetView& frame, const Ipv4View& ip, Instant now);
   void receive_udp(const EthernetView& frame, const Ipv4View& ip, Instant now);
   void answer_echo(const Ipv4View& ip, const IcmpMessage& request, Instant now);

@@ -33,7 +33,7 @@ Stat ipv4_error_stat(Ipv4Error error) {
 
 }  // namespace
 
-void Interface::Impl::receive_ipv4(const EthernetView& frame, Instant now) {
+void Interface::Impl::receive_ipv4(const EthernetView& frame, Instant now, bool looped_back) {
   count(Stat::ip_rx_packets);
   const Ipv4Error error = Ipv4View::validate(frame.payload());
   if (error != Ipv4Error::none) return drop(ipv4_error_stat(error), frame.bytes());
@@ -48,6 +48,11 @@ void Interface::Impl::receive_ipv4(const EthernetView& frame, Instant now) {
   if (is_multicast(ip.source()) || is_broadcast(ip.source())) {
     return drop(Stat::ip_drop_bad_source, frame.bytes());
   }
+  // Our own address as the source of a frame from the link is a spoof (or our own frame
+  // reflected): Linux drops it too unless accept_local is set. Answering it would now send
+  // to ourselves through the loopback queue, and it could reach QPs of this vnic that are
+  // connected to each other.
+  if (ip.source() == config.address && !looped_back) return drop(Stat::ip_drop_bad_source, frame.bytes());
   if (ip.destination() != config.address && !is_broadcast(ip.destination())) {
     return drop(Stat::ip_drop_not_for_us, frame.bytes());
   }
@@ -260,9 +265,10 @@ SendResult Interface::Impl::send_udp(const UdpSend& request, Instant now,
 // received packet (header checksum, UDP checksum, RoCE's ICRC), so what a QP connected to
 // its own vnic sees is what a remote peer would have sent.
 void Interface::Impl::loop_back(PendingPacket frame) {
-  if (loopback.size() >= kLoopbackQueueLimit) return count(Stat::ip_drop_loopback_full);
+  if (loopback.size() >= kLoopbackQueueLimit) return count(Stat::ip_tx_loopback_full);
   EthernetHeader{config.mac, config.mac, EtherType::ipv4}.emit(MutableByteSpan(frame));
   count(Stat::ip_tx_loopback);
+  if (observer) observer->frame_looped_back(frame);
   loopback.push_back(std::move(frame));
 }
 
@@ -272,7 +278,7 @@ std::size_t Interface::Impl::run_loopback(Instant now, const LoopbackObserver& o
   for (const PendingPacket& frame : batch) {
     count(Stat::ip_rx_loopback);
     if (observe) observe(frame);
-    if (const auto view = EthernetView::check(frame)) receive_ipv4(*view, now);
+    if (const auto view = EthernetView::check(frame)) receive_ipv4(*view, now, true);
   }
   return batch.size();
 }

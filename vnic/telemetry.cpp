@@ -52,6 +52,12 @@ void Telemetry::arp_conflict(stack::Ipv4Address ours, const stack::MacAddress& c
   }
 }
 
+// The trace shows a frame to our own address when it is sent, as it would a frame for the
+// TAP (the engine's line and an answer's nesting follow it), and again when it is delivered.
+// The capture has it once, as received (daemon.cpp): a pcap of it twice would show every
+// packet duplicated.
+void Telemetry::frame_looped_back(ByteSpan frame) { tracer_.frame(frame, FrameDirection::Sent); }
+
 void Telemetry::frame_dropped(std::string_view layer, std::string_view reason, ByteSpan) {
   if (!tracer_.active()) return;
   const TraceLayer at = layer == "arp" ? TraceLayer::Arp

@@ -43,6 +43,7 @@ class Telemetry final : public rocev2::EngineObserver, public TransportObserver,
   void arp_failed(stack::Ipv4Address address, std::size_t dropped_packets) override;
   void arp_conflict(stack::Ipv4Address ours, const stack::MacAddress& claimant) override;
   void frame_dropped(std::string_view layer, std::string_view reason, ByteSpan frame) override;
+  void frame_looped_back(ByteSpan frame) override;
 
  private:
   FrameCapture& capture_;

@@ -202,7 +202,11 @@ TEST_CASE("hostile: lying IPv4 header fields", "[hostile][ipv4]") {
   store_be32(bad, 26, 0x0a6300ff);  // our subnet's broadcast as a source
   fix_ip_checksum(bad);
   h.feed(bad);
-  CHECK(h.get("ipv4", "drop_bad_source") == 2);
+  store_be32(bad, 26, our_ip.value);  // our own address, from the link: a spoof
+  fix_ip_checksum(bad);
+  h.feed(bad);
+  CHECK(h.get("ipv4", "drop_bad_source") == 3);
+  CHECK_FALSE(h.iface.loopback_pending());  // nothing answered to ourselves
 
   bad = good;
   bad[23] = 6;  // TCP

@@ -704,7 +704,7 @@ TEST_CASE("interface: the loopback queue is bounded, and an unbound port answers
   send.payload = payload;
   for (std::size_t i = 0; i < kLoopbackQueueLimit + 3; ++i) iface.send_udp(send, t0);
   CHECK(counter(iface, "ipv4", "tx_loopback") == kLoopbackQueueLimit);
-  CHECK(counter(iface, "ipv4", "drop_loopback_full") == 3);
+  CHECK(counter(iface, "ipv4", "tx_loopback_full") == 3);
   CHECK(iface.run_loopback(t0) == kLoopbackQueueLimit);
   CHECK(counter(iface, "udp", "drop_no_port") == kLoopbackQueueLimit);
   // Port unreachable, rate-limited (burst 10), to ourselves as well; an ICMP error is never
@@ -797,7 +797,7 @@ TEST_CASE("interface: counters include every name the CLI and tests rely on", "[
       {"ipv4", "drop_bad_version"}, {"ipv4", "drop_bad_ihl"}, {"ipv4", "drop_bad_length"},
       {"ipv4", "drop_bad_checksum"}, {"ipv4", "drop_fragment"}, {"ipv4", "drop_not_for_us"},
       {"ipv4", "drop_unknown_protocol"}, {"ipv4", "drop_unroutable"},
-      {"ipv4", "tx_loopback"}, {"ipv4", "rx_loopback"}, {"ipv4", "drop_loopback_full"},
+      {"ipv4", "tx_loopback"}, {"ipv4", "rx_loopback"}, {"ipv4", "tx_loopback_full"},
       {"icmp", "rx_echo_requests"}, {"icmp", "tx_echo_replies"}, {"icmp", "tx_port_unreachable"},
       {"icmp", "port_unreachable_rate_limited"}, {"icmp", "drop_malformed"},
       {"icmp", "drop_bad_checksum"},

@@ -8,7 +8,7 @@
 #   2. Debian's unmodified ibv_rc_pingpong, ibv_ud_pingpong, ib_write_bw and ib_read_bw,
 #      both ends on the vnic through `rrdma-vnic exec`;
 #   3. `rrdma-vnic capture` holds each looped-back frame once (tshark decodes them) and its
-#      totals add up;
+#      totals add up; `rrdma-vnic trace` shows each when sent and when received;
 #   4. the counters: the looped-back packets are counted and none went out on the TAP.
 # The side channel of the programs is TCP over 127.0.0.1 in the test's own namespace.
 source "$(dirname "$0")/lib.sh"
@@ -98,10 +98,23 @@ FILE="$TMPD/lo.pcap"
 "${IN_HOST[@]}" "$RRDMA_VNIC" capture "$VNIC" -w "$FILE" >"$FILE.out" 2>"$FILE.err" &
 capture_pid=$!
 wait_until 10 "capture to start" grep -q "capturing on $VNIC" "$FILE.err"
+TRACE="$TMPD/lo.trace"
+"${IN_HOST[@]}" timeout 60 "$RRDMA_VNIC" trace "$VNIC" --layer roce --layer qp --count 40 >"$TRACE" 2>"$TRACE.err" &
+trace_pid=$!
+wait_until 10 "trace to start" grep -q "tracing $VNIC" "$TRACE.err"
 pair captured 60 "${EXEC[@]}" ibv_rc_pingpong -d "$VNIC" -g 0 -p "$PORT" -n 20 -s 100
 kill -INT "$capture_pid"
 wait_pid_bounded "$capture_pid" 20 || fail_case "capture exited $?: $(cat "$FILE.err")"
 log "  $(cat "$FILE.out")"
+wait_pid_bounded "$trace_pid" 20 || fail_case "trace exited $?: $(cat "$TRACE.err")"
+# The trace shows a looped-back packet when it is sent and when it arrives, the engine's
+# line after each, never as a packet held for ARP.
+tx=$(grep -c " tx frame " "$TRACE")
+rx=$(grep -c " rx frame " "$TRACE")
+log "  trace: $tx tx frames, $rx rx frames in its first 40 events"
+(( tx >= 1 && rx >= 1 )) || fail_case "the trace shows $tx sent and $rx received frames"
+grep -q "waiting for ARP" "$TRACE" && fail_case "the trace took a looped-back packet for one held for ARP"
+grep -q "RC SEND_ONLY" "$TRACE" || fail_case "the trace has no RC SEND_ONLY line"
 summary_field() { tr ' ' '\n' <"$FILE.out" | sed -n "s/^$1=//p"; }
 written=$(summary_field frames_written)
 forwarded=$(summary_field frames_forwarded)
@@ -121,10 +134,10 @@ fi
 log "the counters"
 stats_snapshot "$VNIC" "$TMPD/after.json"
 counter "$TMPD/after.json" ipv4.tx_loopback; looped=$COUNT
-counter "$TMPD/after.json" ipv4.drop_loopback_full; full=$COUNT
+counter "$TMPD/after.json" ipv4.tx_loopback_full; full=$COUNT
 counter "$TMPD/before.json" daemon.tap_tx_frames; tx_before=$COUNT
 counter "$TMPD/after.json" daemon.tap_tx_frames; tx_after=$COUNT
-log "ipv4.tx_loopback $looped, ipv4.drop_loopback_full $full, TAP frames sent $tx_before -> $tx_after"
+log "ipv4.tx_loopback $looped, ipv4.tx_loopback_full $full, TAP frames sent $tx_before -> $tx_after"
 # ib_write_bw alone moved 2000 x 16 packets of 4096 B through the loop.
 (( looped >= 32000 )) || fail_case "ipv4.tx_loopback is $looped, expected at least 32000"
 # The TAP carried none of it: at most an ARP announcement or answer or two.
