@@ -51,6 +51,15 @@ struct ReadScene {
     wr.rkey = remote.rkey;
     REQUIRE(p.a.engine.post_send(p.a.qpn, wr, p.now) == VerbResult::Ok);
   }
+  // Posts a READ of `length` (more than one step), delivers the request and returns the
+  // responder's first step.
+  std::vector<Captured> first_step_of_read(std::size_t length) {
+    post_read(1, length);
+    p.deliver(p.a, p.b, p.a.host.take_sent());
+    std::vector<Captured> step = p.b.host.take_sent();
+    REQUIRE(step.size() == kStep);
+    return step;
+  }
 };
 
 TEST_CASE("READ stream: a READ goes out a step at a time, and a WRITE behind it waits for its last response") {
@@ -119,10 +128,7 @@ TEST_CASE("READ stream: an ACK held for the batch does not pass the READ being a
 TEST_CASE("READ stream: a duplicate of the READ being answered restarts it instead of adding its rest again") {
   constexpr std::size_t kRead = 192 * kKiB;  // 192 responses: three steps
   ReadScene s(kRead);
-  s.post_read(1, kRead);
-  s.p.deliver(s.p.a, s.p.b, s.p.a.host.take_sent());
-  std::vector<Captured> first_step = s.p.b.host.take_sent();
-  REQUIRE(first_step.size() == kStep);
+  std::vector<Captured> first_step = s.first_step_of_read(kRead);
   first_step.erase(first_step.begin() + 10);  // response 10 lost
   s.p.deliver(s.p.b, s.p.a, first_step);
   // The requester saw the gap at 11 and asks again from 10 (IBA ch. 9).
@@ -209,10 +215,7 @@ TEST_CASE("READ stream: a request for the rest of the READ being answered waits 
 TEST_CASE("READ stream: memory deregistered while its READ is answered is not read again, and the READ is NAKed") {
   constexpr std::size_t kRead = 192 * kKiB;
   ReadScene s(kRead);
-  s.post_read(1, kRead);
-  s.p.deliver(s.p.a, s.p.b, s.p.a.host.take_sent());
-  std::vector<Captured> sent = s.p.b.host.take_sent();
-  REQUIRE(sent.size() == kStep);
+  std::vector<Captured> sent = s.first_step_of_read(kRead);
   const std::size_t reads_before = s.p.b.memory.reads.size();
   REQUIRE(s.p.b.memory.invalidate_rkey(s.remote.rkey, s.p.b.pd));
 
@@ -233,9 +236,7 @@ TEST_CASE("READ stream: memory deregistered while its READ is answered is not re
 TEST_CASE("READ stream: moving the QP to ERR stops the READ being answered") {
   constexpr std::size_t kRead = 192 * kKiB;
   ReadScene s(kRead);
-  s.post_read(1, kRead);
-  s.p.deliver(s.p.a, s.p.b, s.p.a.host.take_sent());
-  REQUIRE(s.p.b.host.take_sent().size() == kStep);
+  s.first_step_of_read(kRead);
   QpAttr err;
   err.state = QpState::Err;
   REQUIRE(s.p.b.engine.modify_qp(s.p.b.qpn, err, qp_attr::kState, s.p.now) == VerbResult::Ok);
@@ -247,10 +248,7 @@ TEST_CASE("READ stream: moving the QP to ERR stops the READ being answered") {
 TEST_CASE("READ stream: a path MTU changed by modify_qp meanwhile leaves the READ's packets as they began") {
   constexpr std::size_t kRead = 192 * kKiB;
   ReadScene s(kRead);
-  s.post_read(1, kRead);
-  s.p.deliver(s.p.a, s.p.b, s.p.a.host.take_sent());
-  std::vector<Captured> sent = s.p.b.host.take_sent();
-  REQUIRE(sent.size() == kStep);
+  std::vector<Captured> sent = s.first_step_of_read(kRead);
   QpAttr bigger;
   bigger.path_mtu = 4096;
   REQUIRE(s.p.b.engine.modify_qp(s.p.b.qpn, bigger, qp_attr::kPathMtu, s.p.now) == VerbResult::Ok);
@@ -288,9 +286,7 @@ TEST_CASE("READ stream: the queue behind a READ is bounded, and what does not fi
   constexpr std::size_t kRead = 96 * kKiB;
   constexpr std::uint32_t kWrites = 300;
   ReadScene s(kRead);
-  s.post_read(1, kRead);
-  s.p.deliver(s.p.a, s.p.b, s.p.a.host.take_sent());
-  REQUIRE(s.p.b.host.take_sent().size() == kStep);
+  s.first_step_of_read(kRead);
   const std::vector<std::uint8_t> eight(8, 0x5A);
   for (std::uint32_t i = 0; i < kWrites; ++i) {
     TransportPacket w;
