@@ -265,6 +265,7 @@ class Engine::Impl {
   Verdict execute_read(Qp& qp, const TransportPacket& p);
   Verdict execute_atomic(Qp& qp, const TransportPacket& p);
   Verdict take_receive_wqe(Qp& qp);
+  bool remote_readable(const Qp& qp, const Reth& reth) const;
   Verdict start_read_stream(Qp& qp, const Reth& reth, Psn psn, bool duplicate);
   Verdict step_read_stream(Qp& qp);
   void abort_read_stream(Qp& qp, const Verdict& v);

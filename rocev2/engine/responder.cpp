@@ -158,11 +158,8 @@ void Engine::Impl::rc_duplicate(Qp& qp, const TransportPacket& p) {
   if (f.has(OpcodeFlags::kReadRequest)) {
     const Reth& reth = *p.reth;
     const std::uint32_t n = packets_for(reth.dma_length, qp.attr.path_mtu);
-    std::optional<MrFacts> mr;
-    if (reth.dma_length > 0)
-      mr = check_remote(mrs_, qp.pd, reth.rkey, access::kRemoteRead, reth.virtual_address, reth.dma_length);
     if (reth.dma_length > kMaxMessage || !(p.bth.psn + (n - 1)).before(s.expected_psn) ||
-        (reth.dma_length > 0 && !mr)) {
+        !remote_readable(qp, reth)) {
       observe(qp, p.bth, PacketDecision::Dropped, "duplicate READ does not fit a past one");
       return;
     }
@@ -340,11 +337,7 @@ Verdict Engine::Impl::execute_read(Qp& qp, const TransportPacket& p) {
   if (qp.attr.max_dest_rd_atomic == 0) return Verdict::invalid_request("no responder resources for READ");
   const Reth& reth = *p.reth;
   if (reth.dma_length > kMaxMessage) return Verdict::invalid_request("DMA length above 2^31");
-  std::optional<MrFacts> mr;
-  if (reth.dma_length > 0) {
-    mr = check_remote(mrs_, qp.pd, reth.rkey, access::kRemoteRead, reth.virtual_address, reth.dma_length);
-    if (!mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
-  }
+  if (!remote_readable(qp, reth)) return Verdict::access_error("R_Key, PD, access or bounds check failed");
   // The READ occupies one PSN per response packet (IBA ch. 9, RDMA READ).
   s.expected_psn = p.bth.psn + packets_for(reth.dma_length, qp.attr.path_mtu);
   s.msn = next(s.msn);  // counted when executed, so the responses carry it (C9-148)
@@ -372,6 +365,13 @@ Verdict Engine::Impl::execute_atomic(Qp& qp, const TransportPacket& p) {
   remember(qp, {p.bth.psn, true, *original});
   send_atomic_ack(qp, p.bth.psn, *original, false);
   return Verdict::ok();
+}
+
+// The memory a READ names may be read by the peer: R_Key, PD, REMOTE_READ and bounds. A READ
+// of no bytes reads nothing and needs no key.
+bool Engine::Impl::remote_readable(const Qp& qp, const Reth& reth) const {
+  return reth.dma_length == 0 ||
+         check_remote(mrs_, qp.pd, reth.rkey, access::kRemoteRead, reth.virtual_address, reth.dma_length).has_value();
 }
 
 // Answers a READ request (executed, or a duplicate of one executed before) with a stream of
