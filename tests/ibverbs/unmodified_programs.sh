@@ -98,16 +98,6 @@ local_row() {
   row "$program" "$args" PASS "$(grep -cE . "$out") lines"
 }
 
-# wait_listening NS PORT PID: the server is ready once it listens (or fails if it died).
-wait_listening() {
-  local end=$(( SECONDS + 30 ))
-  until grep -q LISTEN <<<"$(ip netns exec "$1" ss -ltn "sport = :$2")"; do
-    kill -0 "$3" 2>/dev/null || return 1
-    (( SECONDS < end )) || return 1
-    sleep 0.1
-  done
-}
-
 # pair_row PROGRAM ARGS FIGURE_AWK: the server on vnic A (namespace A), the client on vnic
 # B (namespace B) connecting to namespace A; both must exit 0. FIGURE_AWK picks the figure
 # from the client's output.

@@ -29,12 +29,6 @@ start_capture() {
   wait_until 10 "capture to start" grep -q "capturing on $VNIC_A" "$file.err"
 }
 
-# summary FILE KEY: a field of the capture's last line (KEY=VALUE ...): sets VALUE.
-summary() {
-  VALUE=$(tr ' ' '\n' <"$1.out" | sed -n "s/^$2=//p")
-  [[ "$VALUE" =~ ^[0-9]+$ ]] || fail "capture summary has no $2: $(cat "$1.out" "$1.err")"
-}
-
 # tshark_count FILE FILTER: frames matching a display filter.
 tshark_count() {
   tshark -r "$1" -Y "$2" -T fields -e frame.number 2>"$TMPD/tshark.err" | wc -l
@@ -72,11 +66,11 @@ kill -INT "$CAPTURE_PID"
 wait_pid_bounded "$CAPTURE_PID" 20 || fail "capture exited $?: $(cat "$FILE.err")"
 log "  $(cat "$FILE.out")"
 
-summary "$FILE" frames_written;   written=$VALUE
-summary "$FILE" frames_forwarded; forwarded=$VALUE
-summary "$FILE" frames_dropped;   dropped=$VALUE
-summary "$FILE" nic_received;     received=$VALUE
-summary "$FILE" nic_sent;         sent=$VALUE
+capture_summary "$FILE" frames_written;   written=$VALUE
+capture_summary "$FILE" frames_forwarded; forwarded=$VALUE
+capture_summary "$FILE" frames_dropped;   dropped=$VALUE
+capture_summary "$FILE" nic_received;     received=$VALUE
+capture_summary "$FILE" nic_sent;         sent=$VALUE
 expect_eq "$written" "$forwarded" "frames in the file vs frames the daemon forwarded"
 expect_eq "$(( forwarded + dropped ))" "$(( received + sent ))" "frames forwarded + dropped vs the stack's rx + tx in the window"
 # A few hundred frames against an 8 MiB queue: nothing may be dropped here.

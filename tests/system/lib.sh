@@ -358,6 +358,25 @@ json_value() {
     fail "$(cat "$TMPD/json.err") ($1: $(head -c 400 "$1"))"
 }
 
+# capture_summary FILE KEY: a field of `rrdma-vnic capture -w FILE`'s last line (KEY=VALUE
+# ..., written to FILE.out; its stderr in FILE.err): sets VALUE.
+capture_summary() {
+  VALUE=$(tr ' ' '\n' <"$1.out" | sed -n "s/^$2=//p")
+  [[ "$VALUE" =~ ^[0-9]+$ ]] || fail "capture summary has no $2: $(cat "$1.out" "$1.err")"
+}
+
+# wait_listening NS PORT PID: the server is ready once it listens on TCP PORT in namespace NS
+# (Debian's verbs programs do not retry a refused connection). Returns 1 if it died first,
+# or after 30 s.
+wait_listening() {
+  local end=$(( SECONDS + 30 ))
+  until grep -q LISTEN <<<"$(ip netns exec "$1" ss -ltn "sport = :$2")"; do
+    kill -0 "$3" 2>/dev/null || return 1
+    (( SECONDS < end )) || return 1
+    sleep 0.1
+  done
+}
+
 counter() {  # counter FILE layer.name: sets COUNT
   json_value "$1" "$2"
   [[ "$VALUE" =~ ^[0-9]+$ ]] || fail "$2 is not a counter: '$VALUE'"

@@ -38,12 +38,6 @@ KEEP_GOING=1
 PORT=$(( 20000 + ID_NUM % 20000 ))
 
 stats_snapshot "$VNIC" "$TMPD/before.json"
-# listening PID: the side channel's port is open, or the server is gone (wait no longer).
-listening() {
-  kill -0 "$1" 2>/dev/null || return 0
-  grep -q LISTEN <<<"$("${IN_HOST[@]}" ss -ltn "sport = :$PORT")"
-}
-
 # pair NAME SECONDS CMD...: CMD as server, then CMD 127.0.0.1 as client, both on the vnic;
 # both must exit 0.
 pair() {
@@ -51,8 +45,7 @@ pair() {
   shift 2
   "${IN_HOST[@]}" timeout --kill-after=5 "$limit" "$@" >"$TMPD/$name.server" 2>&1 &
   local server_pid=$!
-  # Debian's programs do not retry a refused connection: the server must listen first.
-  wait_until 30 "$name's server to listen on $PORT" listening "$server_pid"
+  wait_listening "$HOST_NS" "$PORT" "$server_pid" || fail_case "$name: the server never listened on $PORT"
   "${IN_HOST[@]}" timeout --kill-after=5 "$limit" "$@" 127.0.0.1 >"$TMPD/$name.client" 2>&1 || client_rc=$?
   wait_pid_bounded "$server_pid" 30 || server_rc=$?
   sed "s/^/  [server] /" "$TMPD/$name.server" | tail -n 25
@@ -115,12 +108,11 @@ log "  trace: $tx tx frames, $rx rx frames in its first 40 events"
 (( tx >= 1 && rx >= 1 )) || fail_case "the trace shows $tx sent and $rx received frames"
 grep -q "waiting for ARP" "$TRACE" && fail_case "the trace took a looped-back packet for one held for ARP"
 grep -q "RC SEND_ONLY" "$TRACE" || fail_case "the trace has no RC SEND_ONLY line"
-summary_field() { tr ' ' '\n' <"$FILE.out" | sed -n "s/^$1=//p"; }
-written=$(summary_field frames_written)
-forwarded=$(summary_field frames_forwarded)
-dropped=$(summary_field frames_dropped)
-received=$(summary_field nic_received)
-sent=$(summary_field nic_sent)
+capture_summary "$FILE" frames_written;   written=$VALUE
+capture_summary "$FILE" frames_forwarded; forwarded=$VALUE
+capture_summary "$FILE" frames_dropped;   dropped=$VALUE
+capture_summary "$FILE" nic_received;     received=$VALUE
+capture_summary "$FILE" nic_sent;         sent=$VALUE
 # 20 round trips: 40 SENDs of one packet each and their 40 ACKs, each captured once.
 (( written >= 80 )) || fail_case "the capture holds $written frames, expected at least 80"
 (( forwarded + dropped == received + sent )) ||
