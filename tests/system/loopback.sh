@@ -130,6 +130,9 @@ counter "$TMPD/after.json" ipv4.tx_loopback_full; full=$COUNT
 counter "$TMPD/before.json" daemon.tap_tx_frames; tx_before=$COUNT
 counter "$TMPD/after.json" daemon.tap_tx_frames; tx_after=$COUNT
 log "ipv4.tx_loopback $looped, ipv4.tx_loopback_full $full, TAP frames sent $tx_before -> $tx_after"
+# RC keeps at most 128 PSNs in flight per QP and a READ answers 64 responses a step: the
+# 1024-packet queue never fills here.
+(( full == 0 )) || fail_case "ipv4.tx_loopback_full is $full: the loopback queue overflowed"
 # ib_write_bw alone moved 2000 x 16 packets of 4096 B through the loop.
 (( looped >= 32000 )) || fail_case "ipv4.tx_loopback is $looped, expected at least 32000"
 # The TAP carried none of it: at most an ARP announcement or answer or two.
