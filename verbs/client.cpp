@@ -192,10 +192,15 @@ int Context::handshake() {
   if (!event_fd.ok()) return event_fd.error;
   event_fd_ = std::move(event_fd.value);
 
+  // The daemon reaches our memory only through this handle (docs/SECURITY.md). It is bound to
+  // this address space: after an exec, or once the process is gone, it reaches nothing.
+  const UniqueFd memory(::open("/proc/self/mem", O_RDWR | O_CLOEXEC));
+  if (!memory.valid()) return errno;
+
   control::Message request = new_request(MessageType::OpenDevice);
   request.words[field::kAbiVersion] = kAbiVersion;
   request.words[field::kEventRingBytes] = geometry.region_size();
-  const int fds[] = {event_region_.fd(), event_fd_.get()};
+  const int fds[] = {event_region_.fd(), event_fd_.get(), memory.get()};
   control::Message reply;
   if (const int error = call(request, fds, reply); error != 0) return error;
   handle_ = handle_word(reply.words[field::kContextHandle]);

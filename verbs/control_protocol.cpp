@@ -20,7 +20,7 @@ struct TypeShapes {
 using namespace field;
 
 constexpr std::array<TypeShapes, kMessageTypeCount> kShapes{{
-    {MessageType::OpenDevice, "open_device", {kOpenDeviceWords, 2}, {kOpenDeviceReplyWords, 0}},
+    {MessageType::OpenDevice, "open_device", {kOpenDeviceWords, 3}, {kOpenDeviceReplyWords, 0}},
     {MessageType::QueryDevice, "query_device", {kQueryDeviceWords, 0},
      {kQueryDeviceReplyWords, 0}},
     {MessageType::QueryPort, "query_port", {kQueryPortWords, 0}, {kQueryPortReplyWords, 0}},

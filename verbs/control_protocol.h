@@ -22,7 +22,9 @@
 namespace rrdma::verbs::control {
 
 inline constexpr std::uint32_t kMagic = 0x89525643;  // 0x89 'R' 'V' 'C'
-inline constexpr std::uint16_t kVersion = 1;
+// 2: open_device carries the process's memory handle (/proc/self/mem), the only way the
+// daemon reaches an application's memory (docs/SECURITY.md).
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::size_t kHeaderLength = 16;
 inline constexpr std::size_t kMaxBodyWords = 32;
 inline constexpr std::size_t kMaxFrameLength = kHeaderLength + kMaxBodyWords * 8;
@@ -74,7 +76,10 @@ const char* message_name(MessageType type);
 // name fields instead of counting. Every reply's word 0 is its status: 0 or a positive errno.
 namespace field {
 // fds: the context's async-event ring memfd (entries are AsyncEventEntry, verbs/abi.h), the
-// event eventfd the daemon writes after each event it pushes (the context's async_fd).
+// event eventfd the daemon writes after each event it pushes (the context's async_fd), and
+// the process's /proc/self/mem opened by the process itself: every DMA into the client goes
+// through it (verbs/process_dma.h), so it reaches the address space that opened it and no
+// other, whatever the pid later runs (docs/SECURITY.md).
 enum OpenDevice : std::size_t { kAbiVersion, kEventRingBytes, kOpenDeviceWords };
 // node_guid: the EUI-64 of the vnic's MAC (as rxe derives it), in ibv_device_attr's order.
 enum OpenDeviceReply : std::size_t { kStatus, kContextHandle, kNodeGuid, kOpenDeviceReplyWords };
@@ -97,8 +102,8 @@ enum AllocPd : std::size_t { kAllocPdContext, kAllocPdWords };
 enum HandleReply : std::size_t { kHandleStatus, kHandle, kHandleReplyWords };
 enum Destroy : std::size_t { kDestroyHandle, kDestroyWords };
 enum StatusReply : std::size_t { kOnlyStatus, kStatusReplyWords };
-// The MR lives in the application; the daemon reaches it by the connection's SO_PEERCRED
-// pid (verbs/process_dma.h), so no fd travels.
+// The MR lives in the application; the daemon reaches it through the memory handle that
+// open_device brought (verbs/process_dma.h), so no fd travels.
 enum RegMr : std::size_t { kMrPd, kMrAddress, kMrLength, kMrAccess, kRegMrWords };
 enum RegMrReply : std::size_t { kMrStatus, kMrHandle, kMrLkey, kMrRkey, kRegMrReplyWords };
 // fds: the ring memfd, the doorbell eventfd.

@@ -1,7 +1,6 @@
 #include "verbs/mr_table.h"
 
 #include <sys/random.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,10 +39,6 @@ constexpr std::uint32_t make_key(std::uint32_t index, std::uint16_t tag) {
 
 bool overflows(std::uint64_t start, std::uint64_t length) { return start > UINT64_MAX - length; }
 
-// Debian 12's glibc 2.36 declares pidfd_open in <sys/pidfd.h> without extern "C", so C++
-// links against a mangled name that does not exist: call the system call itself.
-int open_pidfd(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0u)); }
-
 }  // namespace
 
 std::uint64_t MrTable::system_random() {
@@ -67,10 +62,7 @@ MrTable::MrTable(std::size_t capacity, RandomSource random)
   for (std::uint32_t i = 1; i < slots_.size(); ++i) free_.push_back(i);
 }
 
-MrTable::~MrTable() {
-  for (auto& [id, record] : clients_)
-    if (record.pidfd >= 0) ::close(record.pidfd);
-}
+MrTable::~MrTable() = default;
 
 // ibv_reg_mr(3): remote write or remote atomic access requires local write; unknown bits
 // outside the optional range are invalid (the kernel's ib_check_mr_access does the same).
@@ -89,25 +81,19 @@ int MrTable::check_request(const MrRequest& request) const {
   return 0;
 }
 
-// The first registration of a client opens a pidfd on its process: from then on the table
-// can tell that process from a later one that happens to get the same pid.
+// A client keeps the memory handle of its first registration: one connection, one address
+// space.
 int MrTable::attach_client(const Client& client) {
   auto it = clients_.find(client.id);
-  if (it != clients_.end()) return it->second.pid == client.pid ? 0 : EINVAL;
-  if (client.pid <= 0) return EINVAL;
-  const int pidfd = open_pidfd(client.pid);
-  if (pidfd < 0 && errno == ESRCH) return ESRCH;
-  // Without pidfd_open (Linux < 5.3, or a seccomp filter) DMA still works; only the pid
-  // reuse check is lost. Any other failure (EMFILE...) is the caller's to see.
-  if (pidfd < 0 && errno != ENOSYS && errno != EPERM) return errno;
-  clients_.emplace(client.id, ClientRecord{client.pid, pidfd, 0});
+  if (it != clients_.end()) return it->second.memory == client.memory ? 0 : EINVAL;
+  if (client.memory < 0) return ESRCH;
+  clients_.emplace(client.id, ClientRecord{client.memory, 0});
   return 0;
 }
 
 void MrTable::release_client(std::uint64_t client_id) {
   auto it = clients_.find(client_id);
   if (it == clients_.end() || it->second.registrations > 0) return;
-  if (it->second.pidfd >= 0) ::close(it->second.pidfd);
   clients_.erase(it);
 }
 
@@ -263,7 +249,7 @@ std::optional<DmaTarget> MrTable::dma_target(const MrFacts& mr, std::uint64_t ad
   if (offset > s.length || length > s.length - offset) return std::nullopt;
   const auto client = clients_.find(s.client_id);
   if (client == clients_.end()) return std::nullopt;
-  return DmaTarget{client->second.pid, client->second.pidfd, s.addr + offset};
+  return DmaTarget{client->second.memory, s.addr + offset};
 }
 
 }  // namespace rrdma::verbs

@@ -40,11 +40,14 @@ inline constexpr std::uint32_t kOptionalRange = 0x3FF0'0000;
 }  // namespace mr_access
 
 // Who owns a registration: an application process. `id` is the daemon's number for the
-// process's control connection (unique for the daemon's life); `pid` comes from SO_PEERCRED
-// and is where DMA goes. The id, not the pid, identifies the client: pids are reused.
+// process's control connection (unique for the daemon's life). `memory` is where DMA goes:
+// the /proc/self/mem the process opened and handed over at open_device (the Nic owns it and
+// keeps it open while the client has registrations). It reaches the address space that
+// opened it and nothing else: not the program an exec puts at the same pid, not a process
+// that reuses the pid. No pid is kept, so no pid can be confused.
 struct Client {
   std::uint64_t id = 0;
-  pid_t pid = 0;
+  int memory = -1;
 };
 
 // One ibv_reg_mr / ibv_reg_mr_iova call.
@@ -70,10 +73,9 @@ struct RegisterResult {
   bool ok() const { return error == 0; }
 };
 
-// Where a DMA goes: the owning process and the address inside it.
+// Where a DMA goes: the owning process's memory handle and the address inside it.
 struct DmaTarget {
-  pid_t pid = 0;
-  int pidfd = -1;              // the client's pidfd (tells whether `pid` is still that process)
+  int memory = -1;             // the client's /proc/self/mem (Client::memory)
   std::uint64_t address = 0;   // in the client's address space
 };
 
@@ -102,6 +104,7 @@ class MrTable final : public rocev2::MrTable {
   MrTable(const MrTable&) = delete;
   MrTable& operator=(const MrTable&) = delete;
 
+  // ESRCH when the client has no memory handle.
   RegisterResult register_mr(const Client& client, const MrRequest& request);
   // ibv_dereg_mr: 0, or EINVAL when `lkey` is not a registration of this client.
   int deregister(std::uint64_t client_id, rocev2::Lkey lkey);
@@ -141,8 +144,7 @@ class MrTable final : public rocev2::MrTable {
   };
 
   struct ClientRecord {
-    pid_t pid = 0;
-    int pidfd = -1;
+    int memory = -1;  // not owned
     std::size_t registrations = 0;
   };
 

@@ -4,6 +4,11 @@
 // an fd or touches the engine, and a refusal leaves no state behind.
 #include "verbs/nic.h"
 
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -117,7 +122,49 @@ void Nic::client_disconnected(std::uint64_t client_id, Instant now) {
   ++counters_.clients_disconnected;
   for (const TeardownAction& action : registry_.drop_client(client_id)) forget_object(action);
   mrs_.drop_client(client_id);
+  if (auto memory = client_memory_.find(client_id); memory != client_memory_.end()) {
+    dma_.forget_memory(memory->second);
+    ::close(memory->second);
+    client_memory_.erase(memory);
+  }
   settle(now);
+}
+
+// A transfer found a client's address space gone: its process exec'd (a setuid program may
+// now run at that pid) or exited. Its resources go now, not when its connection closes,
+// which a forked child may keep open for ever (docs/SECURITY.md).
+void Nic::evict_lost_clients(Instant now) {
+  for (const int memory : dma_.take_lost_memories()) {
+    std::vector<std::uint64_t> owners;
+    for (const auto& [client, fd] : client_memory_)
+      if (fd == memory) owners.push_back(client);
+    for (const std::uint64_t client : owners) {
+      ++counters_.clients_evicted;
+      if (evict_) evict_(client);
+      client_disconnected(client, now);  // a no-op if the evictor already disconnected it
+    }
+  }
+}
+
+// The memory handle open_device brings must be a process's own mem file, readable and
+// writable: anything else (a pipe, a FUSE file) could make the daemon's reads block, and
+// would not be an address space. Whose mem file it is needs no check: a process can only
+// open the mem file of an address space it may ptrace, so the handle never carries more
+// right than its sender had.
+int Nic::adopt_memory(std::uint64_t client, control::ReceivedFds& fds, std::size_t index) {
+  const int fd = fds.at(index);
+  struct statfs filesystem{};
+  if (fd < 0 || ::fstatfs(fd, &filesystem) != 0 || filesystem.f_type != PROC_SUPER_MAGIC) return EINVAL;
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) return EINVAL;
+  char target[PATH_MAX] = {};
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t length = ::readlink(link.c_str(), target, sizeof(target) - 1);
+  const std::string_view path(target, length > 0 ? static_cast<std::size_t>(length) : 0);
+  if (!path.ends_with("/mem")) return EINVAL;
+  // One address space per connection: a later context of the client keeps the first handle.
+  if (client_memory_.count(client) == 0) client_memory_.emplace(client, fds.release(index));
+  return 0;
 }
 
 // One step of a teardown, after the registry agreed to it.
@@ -222,6 +269,7 @@ Message Nic::open_device(std::uint64_t client, const Message& m, control::Receiv
                                              m.words[field::kEventRingBytes], context->region);
   context->event_fd = Doorbell::adopt_keeping_mode(fds.release(1));
   if (!context->events || !context->event_fd.valid()) return reply(m, EINVAL);
+  if (const int error = adopt_memory(client, fds, 2); error != 0) return reply(m, static_cast<std::uint64_t>(error));
   const Created created = registry_.open_context(client);
   if (!created.ok()) return reply(m, static_cast<std::uint64_t>(created.error));
   context->handle = created.handle;
@@ -322,7 +370,9 @@ Message Nic::reg_mr(std::uint64_t client, const Message& m) {
   request.length = m.words[field::kMrLength];
   request.access = static_cast<std::uint32_t>(access);
   if (request.length > caps::kMaxMrSize) return reply(m, EINVAL);
-  const RegisterResult result = mrs_.register_mr(Client{client, clients_.at(client).pid}, request);
+  const auto memory = client_memory_.find(client);
+  if (memory == client_memory_.end()) return reply(m, EINVAL);
+  const RegisterResult result = mrs_.register_mr(Client{client, memory->second}, request);
   if (!result.ok()) return reply(m, static_cast<std::uint64_t>(result.error));
   if (const int error = registry_.add_mr(client, static_cast<Handle>(pd), result.lkey); error != 0) {
     mrs_.deregister(client, result.lkey);

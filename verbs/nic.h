@@ -78,6 +78,7 @@ struct NicCounters {
   std::uint64_t requests_refused = 0;     // replies with a non-zero status
   std::uint64_t clients_connected = 0;
   std::uint64_t clients_disconnected = 0;
+  std::uint64_t clients_evicted = 0;      // their address space went (exec, exit) first
   std::uint64_t doorbells = 0;
   std::uint64_t send_wqes = 0;            // popped from SQ rings and given to the engine
   std::uint64_t bad_send_wqes = 0;        // refused by check_send_wqe (QP to error)
@@ -121,6 +122,11 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   // again (now, if work was left for the next turn of the loop).
   void advance(Instant now);
   std::optional<Instant> next_deadline() const;
+
+  // Who ends a client whose address space is gone (it exec'd, or exited with its connection
+  // still open in a child): the daemon closes the connection, which calls
+  // client_disconnected. Without one the Nic disconnects the client itself.
+  void set_client_evictor(std::function<void(std::uint64_t client_id)> evict) { evict_ = std::move(evict); }
 
   // The TAP's carrier: IBV_EVENT_PORT_ACTIVE / PORT_ERR to every context.
   void set_link(bool up, Instant now);
@@ -201,6 +207,8 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   void check_srq_limit(Srq& srq);
   void srq_failed(Srq& srq);
   void settle(Instant now);
+  int adopt_memory(std::uint64_t client, control::ReceivedFds& fds, std::size_t index);
+  void evict_lost_clients(Instant now);
   void run_deferred(Instant now);
   void publish();
   Qp* qp_by_qpn(rocev2::Qpn qpn);
@@ -216,6 +224,10 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   Instant now_{};
 
   std::unordered_map<std::uint64_t, ClientInfo> clients_;
+  // Each client's /proc/self/mem (control_protocol.h, open_device), owned here: where its
+  // DMA goes (MrTable's Client::memory). Closed when the client goes.
+  std::unordered_map<std::uint64_t, int> client_memory_;
+  std::function<void(std::uint64_t)> evict_;
   std::map<Handle, std::unique_ptr<Context>> contexts_;
   std::map<Handle, std::unique_ptr<Pd>> pds_;
   std::map<Handle, std::unique_ptr<Cq>> cqs_;

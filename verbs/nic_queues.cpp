@@ -391,6 +391,7 @@ void Nic::advance(Instant now) {
   now_ = now;
   engine_.advance(now);
   settle(now);
+  evict_lost_clients(now);
 }
 
 std::optional<Instant> Nic::next_deadline() const {

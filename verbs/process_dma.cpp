@@ -1,7 +1,7 @@
 #include "verbs/process_dma.h"
 
-#include <poll.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -17,30 +17,62 @@ using rocev2::MrFacts;
 namespace {
 
 constexpr std::size_t kMaxIovecs = IOV_MAX;
-// The kernel silently shortens one process_vm_* call to MAX_RW_COUNT (INT_MAX rounded down
-// to a page); staying well below it keeps "fewer bytes than asked" meaning "a hole".
+// The kernel silently shortens one read or write to MAX_RW_COUNT (INT_MAX rounded down to a
+// page); staying well below it keeps "fewer bytes than asked" meaning "a hole".
 constexpr std::size_t kMaxCallBytes = std::size_t{1} << 30;
 
-// A pidfd turns readable when its process exits; the pid may then be handed to a new
-// process, which must never receive the old one's DMA (pidfd_open(2)).
-bool has_exited(int pidfd) {
-  pollfd p{pidfd, POLLIN, 0};
-  return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
-}
+// An address in the client is the offset of its byte in the mem file (which allows offsets
+// above 2^63, FMODE_UNSIGNED_OFFSET); it is never dereferenced here.
+off_t offset_of(std::uint64_t address) { return static_cast<off_t>(address); }
 
-// How long one look at a pidfd vouches for its process. A poll per transfer cost 5-8% of
-// the daemon under load (docs/PERFORMANCE.md). For the pid to name another process after
-// a check, the process must exit, be reaped, and the kernel must hand out every other pid
-// (it allocates them cyclically: pid_max, at least 32768) within this time.
-constexpr auto kLivenessValidity = std::chrono::milliseconds(1);
-constexpr std::size_t kMaxLivenessEntries = 64;
-
-iovec remote_iovec(std::uint64_t address, std::size_t length) {
-  // An address in the other process, handed to the kernel as such: never dereferenced here.
-  return iovec{reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)), length};
+bool same_bytes(const DmaTarget& a, const DmaTarget& b, std::uint64_t length_a, std::uint64_t length_b) {
+  return a.memory == b.memory && a.address == b.address && length_a == length_b;
 }
 
 }  // namespace
+
+// What one read or write of a mem file says: every byte, or why not. 0 bytes is the address
+// space gone (mem_rw finds no live mm: the process exited or exec'd); EIO is an unmapped
+// address at the start; fewer bytes than asked is a hole further in.
+bool ProcessDma::check_moved(int memory, ssize_t moved, std::size_t asked) {
+  if (moved >= 0 && static_cast<std::size_t>(moved) == asked) return true;
+  if (moved == 0) {
+    ++counters_.process_gone;
+    if (!known_lost(memory)) lost_.push_back(memory);
+  } else if (moved > 0) {
+    ++counters_.partial;
+  } else if (errno == EIO || errno == EFAULT) {
+    ++counters_.faults;
+  } else {
+    ++counters_.other_errors;
+  }
+  return false;
+}
+
+bool ProcessDma::known_lost(int memory) const {
+  return std::find(lost_.begin(), lost_.end(), memory) != lost_.end();
+}
+
+// One contiguous range of one address space, in calls of at most kMaxCallBytes.
+bool ProcessDma::move(Direction direction, const DmaTarget& target, std::uint8_t* local, std::size_t length) {
+  if (known_lost(target.memory)) {
+    ++counters_.process_gone;
+    return false;
+  }
+  std::size_t done = 0;
+  while (done < length) {
+    const std::size_t chunk = std::min(length - done, kMaxCallBytes);
+    const off_t at = offset_of(target.address + done);
+    ssize_t moved = 0;
+    do {
+      moved = direction == Direction::FromProcess ? ::pread(target.memory, local + done, chunk, at)
+                                                  : ::pwrite(target.memory, local + done, chunk, at);
+    } while (moved < 0 && errno == EINTR);
+    if (!check_moved(target.memory, moved, chunk)) return false;
+    done += chunk;
+  }
+  return true;
+}
 
 bool ProcessDma::transfer(Direction direction, std::span<const DmaPiece> pieces,
                           std::uint8_t* local, std::size_t size) {
@@ -61,77 +93,52 @@ bool ProcessDma::transfer(Direction direction, std::span<const DmaPiece> pieces,
     return false;
   }
 
-  std::vector<iovec> remote;
-  remote.reserve(std::min(pieces.size(), kMaxIovecs));
-  DmaTarget batch_target;
-  std::size_t batch_bytes = 0;
-  std::size_t done = 0;
-  const auto flush = [&]() -> bool {
-    if (remote.empty()) return true;
-    if (!still_alive(batch_target)) {
-      ++counters_.process_gone;
-      return false;
-    }
-    // process_vm_writev only reads the local iovec; iovec is the same type both ways.
-    const iovec local_iov{local + done, batch_bytes};
-    const ssize_t n =
-        direction == Direction::FromProcess
-            ? ::process_vm_readv(batch_target.pid, &local_iov, 1, remote.data(), remote.size(), 0)
-            : ::process_vm_writev(batch_target.pid, &local_iov, 1, remote.data(), remote.size(), 0);
-    if (n < 0) {
-      if (errno == ESRCH) process_gone(batch_target);
-      else if (errno == EFAULT) ++counters_.faults;
-      else ++counters_.other_errors;
-      return false;
-    }
-    if (static_cast<std::size_t>(n) != batch_bytes) {
-      ++counters_.partial;
-      return false;
-    }
-    done += batch_bytes;
-    batch_bytes = 0;
-    remote.clear();
-    return true;
+  // Runs of pieces that continue each other in one address space move in one call (their
+  // local bytes are consecutive too: `local` is the pieces' concatenation). A read of the
+  // same bytes as the piece before is copied from it afterwards: a NIC that read both at the
+  // same instant would see the same bytes.
+  std::vector<bool> copy_of_previous(pieces.size(), false);
+  std::size_t run_first = 0;
+  std::size_t run_local = 0;
+  std::uint64_t run_length = 0;
+  std::size_t position = 0;
+  const auto move_run = [&]() {
+    if (run_length == 0) return true;
+    DmaTarget at = targets[run_first];
+    const bool ok = move(direction, at, local + run_local, static_cast<std::size_t>(run_length));
+    run_length = 0;
+    return ok;
   };
-
   for (std::size_t i = 0; i < pieces.size(); ++i) {
-    if (pieces[i].length == 0) continue;
-    if (!remote.empty() && targets[i].pid != batch_target.pid && !flush()) return false;
-    batch_target = targets[i];
-    std::uint64_t address = targets[i].address;
-    std::uint64_t remaining = pieces[i].length;
-    while (remaining > 0) {
-      if ((remote.size() == kMaxIovecs || batch_bytes == kMaxCallBytes) && !flush()) return false;
-      const std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(remaining, kMaxCallBytes - batch_bytes));
-      remote.push_back(remote_iovec(address, chunk));
-      batch_bytes += chunk;
-      address += chunk;
-      remaining -= chunk;
+    const std::uint64_t length = pieces[i].length;
+    if (length == 0) continue;
+    const bool shared = direction == Direction::FromProcess && i > 0 &&
+                        same_bytes(targets[i], targets[i - 1], length, pieces[i - 1].length);
+    const bool continues = run_length > 0 && targets[i].memory == targets[run_first].memory &&
+                           targets[i].address == targets[run_first].address + run_length;
+    if (shared) {
+      copy_of_previous[i] = true;
+      if (!move_run()) return false;
+    } else if (!continues) {
+      if (!move_run()) return false;
+      run_first = i;
+      run_local = position;
     }
+    if (!shared) run_length += length;
+    position += static_cast<std::size_t>(length);
   }
-  if (!flush()) return false;
-  ++counters_.transfers;
-  return true;
-}
+  if (!move_run()) return false;
 
-bool ProcessDma::still_alive(const DmaTarget& target) {
-  if (target.pidfd < 0) return true;  // no pidfd_open here: the pid is all we have
-  const auto now = std::chrono::steady_clock::now();
-  auto it = std::find_if(liveness_.begin(), liveness_.end(), [&](const LivenessCheck& c) {
-    return c.pid == target.pid && c.pidfd == target.pidfd;
-  });
-  if (it != liveness_.end() && now - it->alive_at < kLivenessValidity) return true;
-  if (has_exited(target.pidfd)) {
-    if (it != liveness_.end()) liveness_.erase(it);
-    return false;
+  position = 0;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const auto length = static_cast<std::size_t>(pieces[i].length);
+    if (copy_of_previous[i]) {
+      std::memcpy(local + position, local + position - length, length);
+      ++counters_.reads_shared;
+    }
+    position += length;
   }
-  if (it != liveness_.end()) {
-    it->alive_at = now;
-  } else {
-    // Entries of closed pidfds are only ever stale: drop them all when the list grows.
-    if (liveness_.size() >= kMaxLivenessEntries) liveness_.clear();
-    liveness_.push_back({target.pid, target.pidfd, now});
-  }
+  ++counters_.transfers;
   return true;
 }
 
@@ -140,12 +147,6 @@ bool ProcessDma::inside_stable(std::span<const std::uint8_t> bytes) const {
   const auto start = reinterpret_cast<std::uintptr_t>(stable_.data());
   const auto first = reinterpret_cast<std::uintptr_t>(bytes.data());
   return first >= start && first - start <= stable_.size() && bytes.size() <= stable_.size() - (first - start);
-}
-
-// The kernel says the pid is gone: the next look at this client asks its pidfd again.
-void ProcessDma::process_gone(const DmaTarget& target) {
-  ++counters_.process_gone;
-  std::erase_if(liveness_, [&](const LivenessCheck& c) { return c.pid == target.pid && c.pidfd == target.pidfd; });
 }
 
 void ProcessDma::combine_writes_from(std::span<const std::uint8_t> stable) {
@@ -160,7 +161,7 @@ bool ProcessDma::queue_write(const MrFacts& mr, std::uint64_t addr, std::span<co
     ++counters_.refused;
     return false;
   }
-  if (!still_alive(*target)) {
+  if (known_lost(target->memory)) {
     ++counters_.process_gone;
     return false;
   }
@@ -169,59 +170,47 @@ bool ProcessDma::queue_write(const MrFacts& mr, std::uint64_t addr, std::span<co
   return true;
 }
 
+// Runs of queued writes that continue each other in one address space: the packets of one
+// message land back to back, one pwritev for all of them.
 bool ProcessDma::flush() {
   bool all_written = true;
   std::size_t begin = 0;
-  for (std::size_t i = 1; i <= queue_.size(); ++i) {
-    const bool run_ends = i == queue_.size() || queue_[i].target.pid != queue_[begin].target.pid ||
-                          i - begin == kMaxIovecs;
-    if (!run_ends) continue;
-    all_written = flush_run(begin, i) && all_written;
-    begin = i;
+  std::uint64_t run_end = 0;
+  for (std::size_t i = 0; i <= queue_.size(); ++i) {
+    const bool run_ends = i == queue_.size() || (i > begin && (queue_[i].target.memory != queue_[begin].target.memory ||
+                                                               queue_[i].target.address != run_end ||
+                                                               i - begin == kMaxIovecs));
+    if (run_ends && i > begin) {
+      all_written = flush_run(begin, i) && all_written;
+      begin = i;
+    }
+    if (i < queue_.size()) run_end = queue_[i].target.address + queue_[i].length;
   }
   queue_.clear();
   return all_written;
 }
 
-// One process_vm_writev for queue_[begin, end): all into one process, one local iovec per
-// write (received frames lie in separate buffers), remote ranges that continue each other
-// merged (the packets of one message land back to back).
+// One pwritev for queue_[begin, end): one address space, one contiguous remote range, one
+// local iovec per write (received frames lie in separate buffers).
 bool ProcessDma::flush_run(std::size_t begin, std::size_t end) {
-  if (begin == end) return true;
-  const DmaTarget& target = queue_[begin].target;
   std::array<iovec, kMaxIovecs> local;
-  std::array<iovec, kMaxIovecs> remote;
-  std::size_t remotes = 0;
   std::size_t bytes = 0;
   for (std::size_t i = begin; i < end; ++i) {
-    const QueuedWrite& w = queue_[i];
-    // process_vm_writev only reads the local side; iovec holds a non-const pointer.
-    local[i - begin] = iovec{const_cast<std::uint8_t*>(w.source), w.length};
-    const std::uint64_t previous_end =
-        remotes == 0 ? 0 : reinterpret_cast<std::uintptr_t>(remote[remotes - 1].iov_base) + remote[remotes - 1].iov_len;
-    if (remotes > 0 && previous_end == w.target.address) {
-      remote[remotes - 1].iov_len += w.length;
-    } else {
-      remote[remotes++] = remote_iovec(w.target.address, w.length);
-    }
-    bytes += w.length;
+    // pwritev only reads the local side; iovec holds a non-const pointer.
+    local[i - begin] = iovec{const_cast<std::uint8_t*>(queue_[i].source), queue_[i].length};
+    bytes += queue_[i].length;
   }
+  const DmaTarget& target = queue_[begin].target;
   const std::size_t count = end - begin;
-  ssize_t n = -1;
-  if (!still_alive(target)) {
-    errno = ESRCH;
-  } else {
-    n = ::process_vm_writev(target.pid, local.data(), count, remote.data(), remotes, 0);
-  }
+  ssize_t moved = 0;
+  do {
+    moved = ::pwritev(target.memory, local.data(), static_cast<int>(count), offset_of(target.address));
+  } while (moved < 0 && errno == EINTR);
   ++counters_.combined_calls;
-  if (n >= 0 && static_cast<std::size_t>(n) == bytes) {
+  if (check_moved(target.memory, moved, bytes)) {
     ++counters_.transfers;
     return true;
   }
-  if (n >= 0) ++counters_.partial;
-  else if (errno == ESRCH) process_gone(target);
-  else if (errno == EFAULT) ++counters_.faults;
-  else ++counters_.other_errors;
   counters_.queued_writes_lost += count;
   return false;
 }

@@ -1,17 +1,24 @@
-// "DMA" into application processes: the engine's Dma port over process_vm_readv(2) and
-// process_vm_writev(2). Every transfer is first checked against the MR table (the
-// registration must still stand with the same keys, and the range must lie inside it as the
-// table knows it), so whatever MrFacts reach this class, it only ever touches memory that
-// its owner registered. Needs the same uid as the target or CAP_SYS_PTRACE (ptrace access
-// mode ATTACH_REALCREDS): the daemon runs as root. See docs/VERBS_MEMORY.md.
+// "DMA" into application processes: the engine's Dma port over pread(2)/pwrite(2) on the
+// /proc/self/mem each process opened itself and handed over at open_device. Every transfer is
+// first checked against the MR table (the registration must still stand with the same keys,
+// and the range must lie inside it as the table knows it), so whatever MrFacts reach this
+// class, it only ever touches memory that its owner registered.
+//
+// Why not process_vm_readv/writev on the client's pid, as before: the daemon is root, so the
+// kernel's ptrace check always passed, and a pid is not an address space. A client that
+// forked and exec'd a setuid-root program at the registered pid had the daemon read and
+// write that program's memory (issue 16). A mem file is bound to the address space that
+// opened it: after an exec or an exit a transfer moves nothing (0 bytes), and the daemon needs
+// no ptrace right at all. docs/SECURITY.md has the threat model, docs/VERBS_MEMORY.md the
+// costs.
 #pragma once
 
 #include <sys/types.h>
 
-#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "rocev2/engine/ports.h"
@@ -23,10 +30,13 @@ namespace rrdma::verbs {
 struct DmaCounters {
   std::uint64_t transfers = 0;     // calls that moved every byte asked for
   std::uint64_t refused = 0;       // the MR table did not vouch for the range; no syscall made
-  std::uint64_t process_gone = 0;  // ESRCH, or the pidfd says the process has exited
-  std::uint64_t faults = 0;        // EFAULT: the range is not mapped (or not writable)
+  std::uint64_t process_gone = 0;  // the address space is gone (exit or exec): 0 bytes moved
+  std::uint64_t faults = 0;        // EIO: the range is not mapped
   std::uint64_t partial = 0;       // fewer bytes moved than asked (a hole inside the range)
-  std::uint64_t other_errors = 0;  // EPERM (no ptrace right), ENOMEM, ...
+  std::uint64_t other_errors = 0;  // ENOMEM, EBADF, ...
+  // Reads of a gather that named the same bytes as the piece before them (perftest posts one
+  // buffer many times): copied from that piece instead of read again.
+  std::uint64_t reads_shared = 0;
   // Write combining (combine_writes_from): writes queued, process_vm_writev calls that
   // carried them, and queued writes lost because their call failed at flush().
   std::uint64_t writes_queued = 0;
@@ -54,14 +64,14 @@ class ProcessDma final : public rocev2::Dma {
                                          std::uint64_t add) override;
 
   // Scatter/gather: `out` / `in` is the concatenation of `pieces` (its size must be their
-  // total length). Every piece is checked before the first byte moves; pieces of one process
-  // go to the kernel together, one process_vm_* call per IOV_MAX pieces.
+  // total length). Every piece is checked before the first byte moves; pieces that continue
+  // each other in one address space go to the kernel in one call.
   bool read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out) override;
   bool write_scatter(std::span<const DmaPiece> pieces, std::span<const std::uint8_t> in);
 
   // Write combining, for the daemon's receive path: from now on a write() whose source bytes
   // lie inside `stable` is checked against the table and queued, and the queue goes to the
-  // kernel at flush(), consecutive writes into one process in one process_vm_writev. The
+  // kernel at flush(), consecutive writes into one contiguous range in one pwritev. The
   // caller promises that `stable` keeps its bytes until it calls flush(), and calls flush()
   // before anything may observe the written memory (a completion, an ACK, a deregistration).
   // Every other transfer flushes the queue first, so the order of writes and reads holds.
@@ -72,6 +82,12 @@ class ProcessDma final : public rocev2::Dma {
   bool flush();
   std::size_t queued_writes() const { return queue_.size(); }
 
+  // The memory handles whose address space was found gone since the last call (its process
+  // exited or exec'd): the owner's resources must go (Nic::evict_lost_clients).
+  std::vector<int> take_lost_memories() { return std::exchange(lost_, {}); }
+  // The handle is being closed: its number may name another client's handle next.
+  void forget_memory(int memory) { std::erase(lost_, memory); }
+
   const DmaCounters& counters() const { return counters_; }
 
  private:
@@ -81,18 +97,14 @@ class ProcessDma final : public rocev2::Dma {
     const std::uint8_t* source = nullptr;
     std::size_t length = 0;
   };
-  struct LivenessCheck {
-    pid_t pid = 0;
-    int pidfd = -1;
-    std::chrono::steady_clock::time_point alive_at{};
-  };
   bool transfer(Direction direction, std::span<const DmaPiece> pieces, std::uint8_t* local,
                 std::size_t size);
+  bool move(Direction direction, const DmaTarget& target, std::uint8_t* local, std::size_t length);
+  bool check_moved(int memory, ssize_t moved, std::size_t asked);
+  bool known_lost(int memory) const;
   bool inside_stable(std::span<const std::uint8_t> bytes) const;
   bool queue_write(const rocev2::MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in);
   bool flush_run(std::size_t begin, std::size_t end);
-  bool still_alive(const DmaTarget& target);
-  void process_gone(const DmaTarget& target);
   std::optional<std::uint64_t> read_word(const rocev2::MrFacts& mr, std::uint64_t addr);
   bool write_word(const rocev2::MrFacts& mr, std::uint64_t addr, std::uint64_t value);
 
@@ -100,7 +112,7 @@ class ProcessDma final : public rocev2::Dma {
   DmaCounters counters_;
   std::span<const std::uint8_t> stable_;
   std::vector<QueuedWrite> queue_;
-  std::vector<LivenessCheck> liveness_;
+  std::vector<int> lost_;
 };
 
 }  // namespace rrdma::verbs

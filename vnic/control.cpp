@@ -203,6 +203,14 @@ bool ControlServer::hand_over_stream(int fd, std::string_view message) {
   return true;
 }
 
+bool ControlServer::disconnect(std::uint64_t client_id) {
+  const auto it = std::find_if(clients_.begin(), clients_.end(),
+                               [&](const auto& entry) { return entry.second.id == client_id; });
+  if (it == clients_.end()) return false;
+  drop(it->first);
+  return true;
+}
+
 void ControlServer::drop(int fd) {
   loop_.unwatch(fd);
   ::close(fd);

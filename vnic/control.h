@@ -77,6 +77,10 @@ class ControlServer {
   using StreamHandler = std::function<void(const nlohmann::json& request, int fd)>;
   void add_stream_command(std::string cmd, StreamHandler take);
 
+  // Closes the connection of verbs client `client_id` (the daemon evicts it), as if its peer
+  // had closed it: VerbsHooks::disconnected runs. False if no such connection.
+  bool disconnect(std::uint64_t client_id);
+
  private:
   struct Connection {
     PeerCredentials peer;

@@ -245,6 +245,10 @@ class Daemon {
   std::optional<RocePort> roce_;
   std::optional<verbs::Nic> nic_;
   std::optional<Telemetry> telemetry_;  // `rrdma-vnic stats` (RoCE part) and `trace`
+  // The ifindex of the TAP this daemon made, 0 until TUNSETIFF succeeded. Only that
+  // interface is ours to delete: a refused `up` whose name belongs to someone's veth,
+  // bridge or uplink must leave it alone, and so must a tear-down racing a new interface
+  // that took the name.
   int tap_ifindex_ = 0;
   int link_monitor_fd_ = -1;
   int signal_fd_ = -1;
@@ -316,6 +320,9 @@ void Daemon::create_tap() {
     }
     throw;
   }
+  const auto tap = links_.find(config_.name);
+  if (!tap) throw std::runtime_error("TAP " + config_.name + " vanished after creation");
+  tap_ifindex_ = tap->ifindex;
   // The kernel side is only a bridge port: no address of any family (done while the
   // link is down, before IPv6 autoconfiguration can add a link-local address).
   if (!LinkControl::disable_ipv6(config_.name)) log_line("IPv6 not disabled on " + config_.name);
@@ -400,9 +407,6 @@ void Daemon::start_nic() {
 // kernel's RTM_NEWLINK notifications of our ifindex, read from a NETLINK_ROUTE socket in
 // the loop. Up means administratively up with carrier (IFF_UP and IFF_RUNNING).
 void Daemon::watch_link() {
-  const auto tap = links_.find(config_.name);
-  if (!tap) return;
-  tap_ifindex_ = tap->ifindex;
   link_monitor_fd_ = ::socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE);
   if (link_monitor_fd_ < 0) throw std::system_error(errno, std::generic_category(), "netlink socket");
   sockaddr_nl address{};
@@ -447,6 +451,10 @@ void Daemon::start_control() {
       paths_.socket, *loop_,
       [this](const nlohmann::json& request, const PeerCredentials& peer) { return handle(request, peer); },
       std::move(hooks), resolve_group(config_.group));
+  nic_->set_client_evictor([this](std::uint64_t client) {
+    log_line("client " + std::to_string(client) + ": its address space is gone (exec or exit); closing its connection");
+    control_->disconnect(client);
+  });
   control_->add_stream_command("capture", [this](const nlohmann::json& request, int fd) { capture_->start(fd, request); });
   control_->add_stream_command("trace", [this](const nlohmann::json& request, int fd) { telemetry_->start_trace(fd, request); });
 }
@@ -523,7 +531,7 @@ void Daemon::tear_down() {
     capture_.reset();
     loop_.reset();
     tap_.reset();
-    if (links_.find(config_.name)) {
+    if (const auto tap = links_.find(config_.name); tap && tap_ifindex_ != 0 && tap->ifindex == tap_ifindex_) {
       notes.push_back("TAP " + config_.name + " outlived its fd; deleting it");
       links_.remove(config_.name);
     }

@@ -98,6 +98,7 @@ NamedCounters named(const verbs::NicCounters& c) {
           {"requests_refused", c.requests_refused},
           {"clients_connected", c.clients_connected},
           {"clients_disconnected", c.clients_disconnected},
+          {"clients_evicted", c.clients_evicted},
           {"doorbells", c.doorbells},
           {"send_wqes", c.send_wqes},
           {"bad_send_wqes", c.bad_send_wqes},
@@ -116,7 +117,7 @@ NamedCounters named(const verbs::DmaCounters& c) {
   return {{"transfers", c.transfers}, {"refused", c.refused},     {"process_gone", c.process_gone},
           {"faults", c.faults},       {"partial", c.partial},     {"other_errors", c.other_errors},
           {"writes_queued", c.writes_queued}, {"combined_calls", c.combined_calls},
-          {"queued_writes_lost", c.queued_writes_lost}};
+          {"queued_writes_lost", c.queued_writes_lost}, {"reads_shared", c.reads_shared}};
 }
 
 void add_layer(nlohmann::json& stats, std::string_view layer, const NamedCounters& counters) {

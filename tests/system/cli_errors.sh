@@ -45,6 +45,23 @@ status_snapshot "$VNIC" "$TMPD/status.json"
 json_value "$TMPD/status.json" ip
 expect_eq "${VALUE%/*}" "$NET.10" "address of the running $VNIC after the failed up"
 
+log "a refused up leaves an existing interface of that name alone (issue 16)"
+# A veth pair someone else made, and the bridge of this test, each named as the vnic.
+register_link "${PREFIX}t0"
+register_link "${PREFIX}t1"
+ip link add "${PREFIX}t0" type veth peer name "${PREFIX}t1" || fail "ip link add veth"
+veth_index=$(cat "/sys/class/net/${PREFIX}t0/ifindex")
+expect_one_line_error "up named as an existing veth" \
+  "$RRDMA_VNIC" up --name "${PREFIX}t0" --ip "$NET.14/24" --bridge "$BR"
+link_exists "${PREFIX}t0" || fail_case "the refused up deleted the veth ${PREFIX}t0"
+link_exists "${PREFIX}t1" || fail_case "the refused up deleted the veth's peer ${PREFIX}t1"
+expect_eq "$(cat "/sys/class/net/${PREFIX}t0/ifindex" 2>/dev/null)" "$veth_index" "ifindex of ${PREFIX}t0 after the refused up"
+[[ -z "$(run_files "${PREFIX}t0")" ]] || fail_case "the refused up left $(run_files "${PREFIX}t0")"
+expect_one_line_error "up named as the bridge it joins" \
+  "$RRDMA_VNIC" up --name "$BR" --ip "$NET.14/24" --bridge "$BR"
+link_exists "$BR" || fail "the refused up deleted the bridge $BR"
+ip link del "${PREFIX}t0" 2>/dev/null
+
 log "a bridge that does not exist, without --create-bridge"
 name="${PREFIX}m"
 expect_one_line_error "up on a missing bridge" \

@@ -115,7 +115,7 @@ TEST_CASE("control: the wire layout is the documented one") {
   Message message = make_request(MessageType::DestroyQp, 0xA1B2C3D4);
   message.words[field::kDestroyHandle] = 0x1122334455667788ull;
   const std::vector<std::uint8_t> bytes = frame_of(message);
-  const std::vector<std::uint8_t> expected{0x89, 'R',  'V',  'C',  0x00, 0x01, 0x00, 14,
+  const std::vector<std::uint8_t> expected{0x89, 'R',  'V',  'C',  0x00, 0x02, 0x00, 14,
                                            0xA1, 0xB2, 0xC3, 0xD4, 0x00, 0x00, 0x00, 8,
                                            0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};
   CHECK(bytes == expected);
@@ -200,7 +200,7 @@ TEST_CASE("control: hostile frames are refused and leak no fd") {
   magic[0] = '{';
   cases.push_back({"bad magic", magic, 2, IoError::Malformed, DecodeError::BadMagic});
   std::vector<std::uint8_t> version = good;
-  version[5] = 2;
+  version[5] = kVersion + 1;
   cases.push_back({"bad version", version, 2, IoError::Malformed, DecodeError::BadVersion});
   cases.push_back({"one fd too few", good, 1, IoError::Malformed, DecodeError::WrongFdCount});
   cases.push_back({"an extra fd", good, 3, IoError::Malformed, DecodeError::WrongFdCount});

@@ -4,6 +4,7 @@
 // every wait on it is bounded.
 #pragma once
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -13,6 +14,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "verbs/mr_table.h"
@@ -95,10 +97,15 @@ class Child {
     commands_ = commands[1];
     replies_ = replies[0];
     REQUIRE(read_all(replies_, &address_, sizeof address_));
+    // The handle the client library hands the daemon is the child's own /proc/self/mem; its
+    // parent may open the same address space's file (same uid, and an ancestor).
+    memory_ = ::open(("/proc/" + std::to_string(pid_) + "/mem").c_str(), O_RDWR | O_CLOEXEC);
+    REQUIRE(memory_ >= 0);
   }
   ~Child() {
     kill();
     reap();
+    ::close(memory_);
     ::close(commands_);
     ::close(replies_);
   }
@@ -106,6 +113,7 @@ class Child {
   Child& operator=(const Child&) = delete;
 
   pid_t pid() const { return pid_; }
+  int memory() const { return memory_; }
   std::uint64_t address() const { return address_; }
   std::uint8_t seed() const { return seed_; }
 
@@ -136,6 +144,7 @@ class Child {
   pid_t pid_ = -1;
   int commands_ = -1;
   int replies_ = -1;
+  int memory_ = -1;
   std::uint64_t address_ = 0;
   bool reaped_ = false;
 };
@@ -150,7 +159,7 @@ inline MrFacts register_buffer(MrTable& table, const Child& child, std::uint64_t
   req.addr = child.address();
   req.length = kPages * kPage;
   req.access = kAllRemote | extra_access;
-  const RegisterResult r = table.register_mr(Client{client_id, child.pid()}, req);
+  const RegisterResult r = table.register_mr(Client{client_id, child.memory()}, req);
   REQUIRE(r.ok());
   return *table.find_rkey(r.rkey);
 }

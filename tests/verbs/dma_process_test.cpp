@@ -4,9 +4,11 @@
 // by the process that owns the memory. Then the child is killed and every transfer must
 // fail cleanly. Time is bounded by poll timeouts and an alarm in the child; the child is
 // always killed and reaped.
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "tests/verbs/dma_child.h"
@@ -147,7 +150,7 @@ TEST_CASE("DMA never leaves the registration: forged facts and stale keys are re
   small.addr = child.address() + kPage;  // only page 1
   small.length = kPage;
   small.access = kAllRemote;
-  const RegisterResult r = table.register_mr(Client{1, child.pid()}, small);
+  const RegisterResult r = table.register_mr(Client{1, child.memory()}, small);
   REQUIRE(r.ok());
   const MrFacts mr = *table.find_rkey(r.rkey);
 
@@ -386,7 +389,82 @@ TEST_CASE("DMA write combining: a process that dies before the flush loses its w
   CHECK(dma.counters().queued_writes_lost == 2);
   CHECK(dma.counters().process_gone == 1);
   CHECK(dma.queued_writes() == 0);
+  CHECK(dma.take_lost_memories() == std::vector<int>{child.memory()});
+  REQUIRE(dma.write(mr, mr.base, frames));
+  CHECK_FALSE(dma.flush());
   // Known dead now: the next write is refused at once, not queued.
   CHECK_FALSE(dma.write(mr, mr.base, frames));
   CHECK(dma.queued_writes() == 0);
+}
+
+// Issue 16: a client forked, and the process whose memory it registered exec'd a (setuid)
+// program at the same pid. The registration must reach nothing now, although the pid has
+// readable memory at the very address: DMA goes to the address space that registered, not to
+// whatever runs at the pid.
+TEST_CASE("DMA after an exec at the registered pid reaches nothing, and names the client to evict") {
+  int ready[2];
+  int go[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(go) == 0);
+  void* mapped = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mapped != MAP_FAILED);
+  const auto address = reinterpret_cast<std::uintptr_t>(mapped);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::alarm(60);
+    std::memset(mapped, 0x11, kPage);
+    char byte = 0;
+    if (::write(ready[1], "r", 1) != 1 || ::read(go[0], &byte, 1) != 1) ::_exit(2);
+    // The exec'd program maps its own page where the registered one was.
+    ::munmap(mapped, kPage);
+    ::dup2(ready[1], STDOUT_FILENO);
+    const std::string at = std::to_string(address);
+    ::execl(RRDMA_EXEC_TARGET, RRDMA_EXEC_TARGET, at.c_str(), "34", static_cast<char*>(nullptr));
+    ::_exit(3);
+  }
+  ::close(ready[1]);
+  ::close(go[0]);
+  char said[8] = {};
+  REQUIRE(::read(ready[0], said, 1) == 1);
+  const int memory = ::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(memory >= 0);
+  MrTable table;
+  ProcessDma dma(table);
+  MrRequest request;
+  request.pd = 1;
+  request.addr = address;
+  request.length = kPage;
+  request.access = kAllRemote;
+  const RegisterResult r = table.register_mr(Client{1, memory}, request);
+  REQUIRE(r.ok());
+  const MrFacts mr = *table.find_rkey(r.rkey);
+  std::vector<std::uint8_t> bytes(64);
+  REQUIRE(dma.read(mr, address, bytes));
+  CHECK(bytes == std::vector<std::uint8_t>(64, 0x11));
+
+  REQUIRE(::write(go[1], "g", 1) == 1);
+  REQUIRE(::read(ready[0], said, 5) == 5);
+  CHECK(std::string(said, 5) == "ready");
+  // The pid now has memory at that address, filled by the new program...
+  std::vector<std::uint8_t> seen(64);
+  const iovec local{seen.data(), seen.size()};
+  const iovec remote{reinterpret_cast<void*>(address), seen.size()};
+  REQUIRE(::process_vm_readv(pid, &local, 1, &remote, 1, 0) == 64);
+  CHECK(seen == std::vector<std::uint8_t>(64, 34));
+  // ...which the registration does not reach, neither to read nor to write.
+  CHECK_FALSE(dma.read(mr, address, bytes));
+  CHECK_FALSE(dma.write(mr, address, std::vector<std::uint8_t>(64, 0x99)));
+  CHECK(dma.counters().process_gone >= 1);
+  CHECK(dma.take_lost_memories() == std::vector<int>{memory});
+  REQUIRE(::process_vm_readv(pid, &local, 1, &remote, 1, 0) == 64);
+  CHECK(seen == std::vector<std::uint8_t>(64, 34));
+
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(memory);
+  ::close(ready[0]);
+  ::close(go[1]);
+  ::munmap(mapped, kPage);
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <poll.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -65,6 +66,13 @@ struct ClientRing {
   }
   std::uint64_t bytes() const { return geometry.region_size(); }
 };
+
+// What the client library hands over at open_device: the process's own memory.
+inline int self_memory_for_test() {
+  const int fd = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  return fd;
+}
 
 inline int eventfd_for_test() {
   const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -152,7 +160,9 @@ struct Device {
 inline Device open_device(TestClient& side) {
   Device d;
   d.event_fd = side.keep(eventfd_for_test());
-  d.context = side.ok(MessageType::OpenDevice, {control::kVersion, d.events.bytes()}, {d.events.region.fd(), d.event_fd});
+  const int memory = side.keep(self_memory_for_test());
+  d.context = side.ok(MessageType::OpenDevice, {control::kVersion, d.events.bytes()},
+                      {d.events.region.fd(), d.event_fd, memory});
   d.pd = side.ok(MessageType::AllocPd, {d.context});
   return d;
 }

@@ -464,10 +464,24 @@ TEST_CASE("nic: refused requests are EINVAL and change nothing") {
     CHECK(side.nic.handle(other.id, destroy, none, kNow).words[0] == EINVAL);
     CHECK(qp_state(side.user, *qp) == IBV_QPS_RESET);
   }
+  SECTION("open_device refuses a memory handle that is not the process's own mem file, read-write") {
+    ClientRing events = ClientRing::make(64, sizeof(AsyncEventEntry));
+    const int fd = side.user.keep(eventfd_for_test());
+    const int not_memory = side.user.keep(eventfd_for_test());
+    CHECK(side.call(MessageType::OpenDevice, {control::kVersion, events.bytes()},
+                    {events.region.fd(), fd, not_memory}).words[0] == EINVAL);
+    const int read_only = side.user.keep(::open("/proc/self/mem", O_RDONLY | O_CLOEXEC));
+    CHECK(side.call(MessageType::OpenDevice, {control::kVersion, events.bytes()},
+                    {events.region.fd(), fd, read_only}).words[0] == EINVAL);
+    const int other_proc_file = side.user.keep(::open("/proc/self/status", O_RDONLY | O_CLOEXEC));
+    CHECK(side.call(MessageType::OpenDevice, {control::kVersion, events.bytes()},
+                    {events.region.fd(), fd, other_proc_file}).words[0] == EINVAL);
+  }
   SECTION("an unknown ABI version, and a CQ still used by a QP") {
     ClientRing events = ClientRing::make(64, sizeof(AsyncEventEntry));
     const int fd = side.user.keep(eventfd_for_test());
-    CHECK(side.call(MessageType::OpenDevice, {99, events.bytes()}, {events.region.fd(), fd}).words[0] ==
+    const int memory = side.user.keep(self_memory_for_test());
+    CHECK(side.call(MessageType::OpenDevice, {99, events.bytes()}, {events.region.fd(), fd, memory}).words[0] ==
           EPROTONOSUPPORT);
     CHECK(side.call(MessageType::DestroyCq, {qp->cq_handle}).words[0] == EBUSY);
   }
