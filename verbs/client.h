@@ -56,7 +56,7 @@ using verbs::Sge;
 using verbs::SrqAttributes;
 
 // The version of this contract the library speaks (open_device's first word).
-inline constexpr std::uint64_t kAbiVersion = 1;
+inline constexpr std::uint64_t kAbiVersion = control::kVersion;
 // Entries of a context's async-event ring (docs/VERBS_DATAPATH.md).
 inline constexpr std::uint32_t kEventRingEntries = 64;
 // How long a control request may wait for its reply before it fails with ETIMEDOUT: a

@@ -146,6 +146,11 @@ void Nic::evict_lost_clients(Instant now) {
   }
 }
 
+bool Nic::memory_lost(std::uint64_t client) const {
+  const auto memory = client_memory_.find(client);
+  return memory != client_memory_.end() && dma_.known_lost(memory->second);
+}
+
 // The memory handle open_device brings must be a process's own mem file, readable and
 // writable: anything else (a pipe, a FUSE file) could make the daemon's reads block, and
 // would not be an address space. Whose mem file it is needs no check: a process can only

@@ -79,6 +79,7 @@ struct NicCounters {
   std::uint64_t clients_connected = 0;
   std::uint64_t clients_disconnected = 0;
   std::uint64_t clients_evicted = 0;      // their address space went (exec, exit) first
+  std::uint64_t sends_of_lost_clients = 0; // packets of such a client's QPs, not sent
   std::uint64_t doorbells = 0;
   std::uint64_t send_wqes = 0;            // popped from SQ rings and given to the engine
   std::uint64_t bad_send_wqes = 0;        // refused by check_send_wqe (QP to error)
@@ -208,6 +209,7 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   void srq_failed(Srq& srq);
   void settle(Instant now);
   int adopt_memory(std::uint64_t client, control::ReceivedFds& fds, std::size_t index);
+  bool memory_lost(std::uint64_t client) const;
   void evict_lost_clients(Instant now);
   void run_deferred(Instant now);
   void publish();

@@ -332,6 +332,13 @@ void Nic::send_packet(const rocev2::OutgoingPacket& out) {
   // An ACK (or any response) tells the peer its data has landed.
   dma_.flush();
   const Qp* qp = qp_by_qpn(out.src_qpn);
+  // Nor may it say so when the data was lost because the client's address space is gone (it
+  // exec'd or exited): the client is evicted at the next advance(), and until then its QPs
+  // say nothing, as they will say nothing after. The peer sees a QP that stopped answering.
+  if (qp != nullptr && memory_lost(qp->client)) {
+    ++counters_.sends_of_lost_clients;
+    return;
+  }
   port_.send(out, qp ? qp->udp_source_port : rocev2::udp_source_port_datagram(out.src_qpn), now_);
 }
 

@@ -85,6 +85,8 @@ class ProcessDma final : public rocev2::Dma {
   // The memory handles whose address space was found gone since the last call (its process
   // exited or exec'd): the owner's resources must go (Nic::evict_lost_clients).
   std::vector<int> take_lost_memories() { return std::exchange(lost_, {}); }
+  // True once a transfer found this handle's address space gone, until take_lost_memories().
+  bool known_lost(int memory) const;
   // The handle is being closed: its number may name another client's handle next.
   void forget_memory(int memory) { std::erase(lost_, memory); }
 
@@ -101,7 +103,6 @@ class ProcessDma final : public rocev2::Dma {
                 std::size_t size);
   bool move(Direction direction, const DmaTarget& target, std::uint8_t* local, std::size_t length);
   bool check_moved(int memory, ssize_t moved, std::size_t asked);
-  bool known_lost(int memory) const;
   bool inside_stable(std::span<const std::uint8_t> bytes) const;
   bool queue_write(const rocev2::MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in);
   bool flush_run(std::size_t begin, std::size_t end);

@@ -99,6 +99,7 @@ NamedCounters named(const verbs::NicCounters& c) {
           {"clients_connected", c.clients_connected},
           {"clients_disconnected", c.clients_disconnected},
           {"clients_evicted", c.clients_evicted},
+          {"sends_of_lost_clients", c.sends_of_lost_clients},
           {"doorbells", c.doorbells},
           {"send_wqes", c.send_wqes},
           {"bad_send_wqes", c.bad_send_wqes},
