@@ -21,7 +21,10 @@
 #include "verbs/qp_rules.h"
 
 namespace rrdma::verbs {
+
 namespace {
+
+constexpr auto kAddressCheckPeriod = std::chrono::seconds(1);
 
 using control::Message;
 using control::MessageType;
@@ -149,6 +152,14 @@ void Nic::evict_lost_clients(Instant now) {
 bool Nic::memory_lost(std::uint64_t client) const {
   const auto memory = client_memory_.find(client);
   return memory != client_memory_.end() && dma_.known_lost(memory->second);
+}
+
+// One look per client per kAddressCheckPeriod (a system call each), so that a client whose
+// process exec'd while nothing moved loses its resources all the same, and soon.
+void Nic::check_address_spaces(Instant now) {
+  if (now < next_address_check_) return;
+  next_address_check_ = now + kAddressCheckPeriod;
+  for (const auto& [client, memory] : client_memory_) dma_.still_alive(memory);
 }
 
 // The memory handle open_device brings must be a process's own mem file, readable and

@@ -211,6 +211,7 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   int adopt_memory(std::uint64_t client, control::ReceivedFds& fds, std::size_t index);
   bool memory_lost(std::uint64_t client) const;
   void evict_lost_clients(Instant now);
+  void check_address_spaces(Instant now);
   void run_deferred(Instant now);
   void publish();
   Qp* qp_by_qpn(rocev2::Qpn qpn);
@@ -230,6 +231,9 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   // DMA goes (MrTable's Client::memory). Closed when the client goes.
   std::unordered_map<std::uint64_t, int> client_memory_;
   std::function<void(std::uint64_t)> evict_;
+  // When check_address_spaces() next asks whether each client's address space still lives:
+  // a client that exec'd without any DMA since loses its resources within this period.
+  Instant next_address_check_{};
   std::map<Handle, std::unique_ptr<Context>> contexts_;
   std::map<Handle, std::unique_ptr<Pd>> pds_;
   std::map<Handle, std::unique_ptr<Cq>> cqs_;

@@ -398,12 +398,15 @@ void Nic::advance(Instant now) {
   now_ = now;
   engine_.advance(now);
   settle(now);
+  check_address_spaces(now);
   evict_lost_clients(now);
 }
 
 std::optional<Instant> Nic::next_deadline() const {
   if (work_left_) return now_;
-  return engine_.next_deadline();
+  std::optional<Instant> deadline = engine_.next_deadline();
+  if (!client_memory_.empty() && (!deadline || next_address_check_ < *deadline)) deadline = next_address_check_;
+  return deadline;
 }
 
 void Nic::set_link(bool up, Instant now) {

@@ -49,6 +49,18 @@ bool ProcessDma::check_moved(int memory, ssize_t moved, std::size_t asked) {
   return false;
 }
 
+bool ProcessDma::still_alive(int memory) {
+  if (known_lost(memory)) return false;
+  std::uint8_t byte = 0;
+  ssize_t moved = 0;
+  do {
+    moved = ::pread(memory, &byte, 1, 0);
+  } while (moved < 0 && errno == EINTR);
+  if (moved != 0) return true;
+  check_moved(memory, 0, 1);  // counted and reported lost
+  return false;
+}
+
 bool ProcessDma::known_lost(int memory) const {
   return std::find(lost_.begin(), lost_.end(), memory) != lost_.end();
 }

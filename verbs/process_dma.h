@@ -85,6 +85,10 @@ class ProcessDma final : public rocev2::Dma {
   // The memory handles whose address space was found gone since the last call (its process
   // exited or exec'd): the owner's resources must go (Nic::evict_lost_clients).
   std::vector<int> take_lost_memories() { return std::exchange(lost_, {}); }
+  // Asks the kernel whether the handle's address space still lives, without touching it: a
+  // one-byte read at address 0, which no process maps, fails with EIO while the address
+  // space lives and moves 0 bytes once it is gone. A gone one is reported as lost.
+  bool still_alive(int memory);
   // True once a transfer found this handle's address space gone, until take_lost_memories().
   bool known_lost(int memory) const;
   // The handle is being closed: its number may name another client's handle next.

@@ -442,6 +442,7 @@ TEST_CASE("DMA after an exec at the registered pid reaches nothing, and names th
   std::vector<std::uint8_t> bytes(64);
   REQUIRE(dma.read(mr, address, bytes));
   CHECK(bytes == std::vector<std::uint8_t>(64, 0x11));
+  CHECK(dma.still_alive(memory));
 
   REQUIRE(::write(go[1], "g", 1) == 1);
   REQUIRE(::read(ready[0], said, 5) == 5);
@@ -452,6 +453,10 @@ TEST_CASE("DMA after an exec at the registered pid reaches nothing, and names th
   const iovec remote{reinterpret_cast<void*>(address), seen.size()};
   REQUIRE(::process_vm_readv(pid, &local, 1, &remote, 1, 0) == 64);
   CHECK(seen == std::vector<std::uint8_t>(64, 34));
+  // The periodic look (Nic::check_address_spaces) finds the address space gone at once,
+  // without any transfer.
+  CHECK_FALSE(dma.still_alive(memory));
+  CHECK(dma.take_lost_memories() == std::vector<int>{memory});
   // ...which the registration does not reach, neither to read nor to write.
   CHECK_FALSE(dma.read(mr, address, bytes));
   CHECK_FALSE(dma.write(mr, address, std::vector<std::uint8_t>(64, 0x99)));

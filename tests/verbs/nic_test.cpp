@@ -1,8 +1,11 @@
 // The verbs device driven directly, in one process: this test plays the client library (it
 // creates and formats the rings, passes the fds, posts WQEs and polls CQEs) for two Nics
 // wired back to back through a fake PacketPort, with a fake FdWatcher standing in for the
-// daemon's loop. Registered memory is this process's own, reached through process_vm_*.
+// daemon's loop. Registered memory is this process's own, reached through its /proc/self/mem.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/wait.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -12,6 +15,7 @@
 #include <deque>
 #include <map>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -526,6 +530,55 @@ TEST_CASE("nic: a client that disconnects loses everything, and its peer's QP is
   CHECK(p.a.watcher.watched.empty());
   CHECK(p.a.call(MessageType::AllocPd, {p.da.context}).words[0] == ENOENT);
   CHECK(p.b.nic.listing().size() == 1);
+}
+
+}  // namespace
+}  // namespace rrdma::verbs
+
+namespace rrdma::verbs {
+namespace {
+
+using namespace rrdma::verbs::test;
+
+// Issue 16: a client whose address space goes (its process exec'd or exited while a forked
+// child keeps the connection) loses its resources at the next look, without any DMA, and
+// the evictor is asked to close its connection.
+TEST_CASE("nic: a client whose address space is gone is evicted at the next advance") {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::alarm(60);
+    for (;;) ::pause();
+  }
+  FakePort port;
+  FakeWatcher watcher;
+  Nic nic(NicConfig{stack::Ipv4Address{kIpA}, stack::MacAddress{{2, 0, 0, 0, 0, 9}}, 1500, true, {}}, port, watcher);
+  std::vector<std::uint64_t> evicted;
+  nic.set_client_evictor([&](std::uint64_t client) { evicted.push_back(client); });
+  TestClient user(nic);
+  ClientRing events = ClientRing::make(64, sizeof(AsyncEventEntry));
+  const int event_fd = user.keep(eventfd_for_test());
+  // The child's memory stands for the client's: it may die while this process lives.
+  const int memory = user.keep(::open(("/proc/" + std::to_string(child) + "/mem").c_str(), O_RDWR | O_CLOEXEC));
+  REQUIRE(memory >= 0);
+  const std::uint64_t context =
+      user.ok(MessageType::OpenDevice, {control::kVersion, events.bytes()}, {events.region.fd(), event_fd, memory});
+  user.ok(MessageType::AllocPd, {context});
+  nic.advance(kNow);
+  CHECK(evicted.empty());
+  REQUIRE(nic.listing().size() == 1);
+  // Nothing is looked at again before the period is over.
+  REQUIRE(nic.next_deadline());
+  CHECK(*nic.next_deadline() > kNow);
+
+  ::kill(child, SIGKILL);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  nic.advance(*nic.next_deadline());
+  CHECK(evicted == std::vector<std::uint64_t>{user.client});
+  CHECK(nic.counters().clients_evicted == 1);
+  CHECK(nic.listing().empty());
+  CHECK(user.call(MessageType::AllocPd, {context}).words[0] == ENOENT);
 }
 
 }  // namespace
