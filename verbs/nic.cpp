@@ -114,6 +114,7 @@ int Nic::client_connected(const ClientInfo& client) {
   const int error = registry_.add_client(client);
   if (error != 0) return error;
   clients_.emplace(client.id, client);
+  client_credentials_.emplace(client.id, CredentialWatch(client.pid));
   ++counters_.clients_connected;
   return 0;
 }
@@ -125,6 +126,7 @@ void Nic::client_disconnected(std::uint64_t client_id, Instant now) {
   ++counters_.clients_disconnected;
   for (const TeardownAction& action : registry_.drop_client(client_id)) forget_object(action);
   mrs_.drop_client(client_id);
+  client_credentials_.erase(client_id);
   if (auto memory = client_memory_.find(client_id); memory != client_memory_.end()) {
     dma_.forget_memory(memory->second);
     ::close(memory->second);
@@ -137,15 +139,15 @@ void Nic::client_disconnected(std::uint64_t client_id, Instant now) {
 // now run at that pid) or exited. Its resources go now, not when its connection closes,
 // which a forked child may keep open for ever (docs/SECURITY.md).
 void Nic::evict_lost_clients(Instant now) {
-  for (const int memory : dma_.take_lost_memories()) {
-    std::vector<std::uint64_t> owners;
+  std::vector<std::uint64_t> owners = std::exchange(to_evict_, {});
+  for (const int memory : dma_.take_lost_memories())
     for (const auto& [client, fd] : client_memory_)
       if (fd == memory) owners.push_back(client);
-    for (const std::uint64_t client : owners) {
-      ++counters_.clients_evicted;
-      if (evict_) evict_(client);
-      client_disconnected(client, now);  // a no-op if the evictor already disconnected it
-    }
+  for (const std::uint64_t client : owners) {
+    if (clients_.count(client) == 0) continue;
+    ++counters_.clients_evicted;
+    if (evict_) evict_(client);
+    client_disconnected(client, now);  // a no-op if the evictor already disconnected it
   }
 }
 
@@ -154,12 +156,15 @@ bool Nic::memory_lost(std::uint64_t client) const {
   return memory != client_memory_.end() && dma_.known_lost(memory->second);
 }
 
-// One look per client per kAddressCheckPeriod (a system call each), so that a client whose
-// process exec'd while nothing moved loses its resources all the same, and soon.
+// One look per client per kAddressCheckPeriod, so that a client whose process exec'd while
+// nothing moved, or changed credentials, loses its resources all the same, and soon. A
+// process that changes credentials keeps no right the daemon granted to the old ones.
 void Nic::check_address_spaces(Instant now) {
   if (now < next_address_check_) return;
   next_address_check_ = now + kAddressCheckPeriod;
   for (const auto& [client, memory] : client_memory_) dma_.still_alive(memory);
+  for (const auto& [client, watch] : client_credentials_)
+    if (watch.changed()) to_evict_.push_back(client);
 }
 
 // The memory handle open_device brings must be a process's own mem file, readable and

@@ -28,6 +28,7 @@
 #include "verbs/abi.h"
 #include "verbs/control_protocol.h"
 #include "verbs/mr_table.h"
+#include "verbs/process_credentials.h"
 #include "verbs/process_dma.h"
 #include "verbs/resources.h"
 #include "verbs/ring.h"
@@ -78,7 +79,7 @@ struct NicCounters {
   std::uint64_t requests_refused = 0;     // replies with a non-zero status
   std::uint64_t clients_connected = 0;
   std::uint64_t clients_disconnected = 0;
-  std::uint64_t clients_evicted = 0;      // their address space went (exec, exit) first
+  std::uint64_t clients_evicted = 0;      // their address space went (exec, exit) or their credentials changed
   std::uint64_t sends_of_lost_clients = 0; // packets of such a client's QPs, not sent
   std::uint64_t doorbells = 0;
   std::uint64_t send_wqes = 0;            // popped from SQ rings and given to the engine
@@ -230,6 +231,10 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   // Each client's /proc/self/mem (control_protocol.h, open_device), owned here: where its
   // DMA goes (MrTable's Client::memory). Closed when the client goes.
   std::unordered_map<std::uint64_t, int> client_memory_;
+  // Each client process's credentials as at connect (SO_PEERCRED's pid): a process that
+  // changes them loses its resources (check_address_spaces).
+  std::unordered_map<std::uint64_t, CredentialWatch> client_credentials_;
+  std::vector<std::uint64_t> to_evict_;  // clients whose credentials changed
   std::function<void(std::uint64_t)> evict_;
   // When check_address_spaces() next asks whether each client's address space still lives:
   // a client that exec'd without any DMA since loses its resources within this period.

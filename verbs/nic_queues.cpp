@@ -405,7 +405,7 @@ void Nic::advance(Instant now) {
 std::optional<Instant> Nic::next_deadline() const {
   if (work_left_) return now_;
   std::optional<Instant> deadline = engine_.next_deadline();
-  if (!client_memory_.empty() && (!deadline || next_address_check_ < *deadline)) deadline = next_address_check_;
+  if (!clients_.empty() && (!deadline || next_address_check_ < *deadline)) deadline = next_address_check_;
   return deadline;
 }
 

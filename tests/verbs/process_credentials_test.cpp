@@ -1,0 +1,76 @@
+// The credentials a client process had at connect, and the watch that sees them change
+// (verbs/process_credentials.h): a process that changes credentials loses its resources.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "verbs/process_credentials.h"
+
+using namespace rrdma::verbs;
+
+TEST_CASE("credentials: the Uid and Gid lines of /proc/PID/status, four ids each") {
+  const auto parsed = parse_credentials("Name:\tx\nUid:\t1000\t0\t1000\t1000\nGid:\t100\t100\t100\t7\nGroups:\t\n");
+  REQUIRE(parsed);
+  CHECK(parsed->uids == std::array<uid_t, 4>{1000, 0, 1000, 1000});
+  CHECK(parsed->gids == std::array<gid_t, 4>{100, 100, 100, 7});
+  const auto own = parse_credentials("Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n");
+  REQUIRE(own);
+  CHECK_FALSE(*own == *parsed);
+}
+
+TEST_CASE("credentials: anything but two whole lines of four ids is refused") {
+  for (const char* text : {"", "Uid:\t1\t2\t3\t4\n", "Gid:\t1\t2\t3\t4\n", "Uid:\t1\t2\t3\nGid:\t1\t2\t3\t4\n",
+                           "Uid:\t1\t2\t3\t4\t5\nGid:\t1\t2\t3\t4\n", "Uid:\t1\t2\tx\t4\nGid:\t1\t2\t3\t4\n",
+                           "Uid:\t-1\t2\t3\t4\nGid:\t1\t2\t3\t4\n", "Uid:\t99999999999\t2\t3\t4\nGid:\t1\t2\t3\t4\n",
+                           "XUid:\t1\t2\t3\t4\nGid:\t1\t2\t3\t4\n", "Uid:\t1\t2\t3\t4\nGid:"}) {
+    INFO(text);
+    CHECK_FALSE(parse_credentials(text));
+  }
+  // A label inside another line does not count; the real line later does.
+  CHECK(parse_credentials("Name:\tUid:\t9\nUid:\t1\t2\t3\t4\nGid:\t1\t2\t3\t4\n"));
+}
+
+TEST_CASE("credentials: a watch sees a process change credentials, not one that only runs or exits") {
+  if (::geteuid() != 0) {
+    WARN("SKIPPED: changing a child's credentials needs root");
+    return;
+  }
+  int go[2];
+  int done[2];
+  REQUIRE(::pipe(go) == 0);
+  REQUIRE(::pipe(done) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::alarm(60);
+    char byte = 0;
+    if (::read(go[0], &byte, 1) != 1 || ::setresuid(65534, 65534, 65534) != 0 || ::write(done[1], "d", 1) != 1) ::_exit(2);
+    ::pause();
+    ::_exit(0);
+  }
+  CredentialWatch watch(child);
+  REQUIRE(watch.valid());
+  CHECK_FALSE(watch.changed());
+  char byte = 0;
+  REQUIRE(::write(go[1], "g", 1) == 1);
+  REQUIRE(::read(done[0], &byte, 1) == 1);
+  CHECK(watch.changed());
+  ::kill(child, SIGKILL);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK_FALSE(watch.changed());
+  for (int fd : {go[0], go[1], done[0], done[1]}) ::close(fd);
+}
+
+TEST_CASE("credentials: a pid that is gone gives no watch") {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK_FALSE(CredentialWatch(child).valid());
+  CHECK_FALSE(CredentialWatch(0).valid());
+}
