@@ -102,9 +102,13 @@ void admin(const std::string& dir) {
       R"({"cmd":"trace"})", R"({"cmd":"trace","qp":17,"layers":["roce","qp"]})",
       R"({"cmd":"trace","layers":["eth","arp","ip","udp","roce","qp","verbs"]})", R"({"cmd":"nope"})",
       R"({"cmd":"trace","qp":16777215})", R"({"cmd":1})", R"([1,2,3])"};
-  for (std::size_t n = 0; n < requests.size(); ++n) {
-    write_file(dir + "/request_" + std::to_string(n + 1) + ".json",
-               std::vector<std::uint8_t>(requests[n].begin(), requests[n].end()));
+  // Deep nesting (8000 levels: a fourth of what a 64 KiB request allows, so that mutating it
+  // stays quick), and a command of escapes to echo back.
+  std::vector<std::string> all = requests;
+  all.push_back(R"({"cmd":"stats","x":)" + std::string(8000, '[') + std::string(8000, ']') + "}");
+  all.push_back(R"({"cmd":"\u0000\u001f\ud83d\ude00\"'\\"})");
+  for (std::size_t n = 0; n < all.size(); ++n) {
+    write_file(dir + "/request_" + std::to_string(n + 1) + ".json", std::vector<std::uint8_t>(all[n].begin(), all[n].end()));
   }
 }
 
