@@ -76,13 +76,16 @@ wait
 failed=0
 for target in "${targets[@]}"; do
   status=$(cat "$work/$target.status")
-  stats=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$work/$target.log" | tail -1 | sed 's/^#\([0-9]*\)[[:space:]]*DONE[[:space:]]*/\1 runs, /')
+  stats=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$work/$target.log" | tail -1 |
+          sed 's/^#\([0-9]*\)[[:space:]]*DONE[[:space:]]*/\1 runs, /' || true)
   if [ "$status" = 0 ]; then
     echo "fuzz_$target: ${seconds}s, nothing found (${stats:-no stats})"
     continue
   fi
   failed=1
-  echo "fuzz_$target: FAILED (exit status $status); the end of $work/$target.log:"
+  echo "fuzz_$target: FAILED (exit status $status):"
+  grep -E 'property failed|ERROR: |runtime error|SUMMARY|Test unit written' "$work/$target.log" | head -n 8 | sed 's/^/    /' || true
+  echo "  the end of $work/$target.log:"
   tail -n 40 "$work/$target.log" | sed 's/^/    /'
   for f in "$work/artifacts/$target"/*; do
     [ -e "$f" ] || continue
