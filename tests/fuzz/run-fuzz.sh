@@ -44,11 +44,13 @@ printf '%b' '\xe4\x1d\x2d\xab\x2b\xc2\x7c\xfe\x90\x64\x3b\x32\x08\x00\x45\xc2\x0
 
 # Options per target: inputs as long as the parser can be sent (the control socket takes
 # requests up to 64 KiB; a verbs frame is at most 272 bytes, longer ones are refused whole).
+# The Nic target runs few inputs a second: it starts at full-length scripts (-len_control=0;
+# 60 s from the seeds reached 6.6 k features so, 5.9 k in 120 s growing lengths slowly).
 options_for() {
   case $1 in
     admin_json) echo "-max_len=65536 -dict=$here/admin_json.dict" ;;
     control_frame) echo "-max_len=512" ;;
-    nic_requests) echo "-max_len=4096" ;;
+    nic_requests) echo "-max_len=2048 -len_control=0" ;;
     *) echo "" ;;
   esac
 }
