@@ -1,43 +1,101 @@
 #!/bin/bash
-# Builds tests/fuzz/fuzz_frame with clang-14 (libFuzzer, ASan, UBSan) in its own build
-# directory and runs it for a bounded time with every frame of the rxe captures (and the
-# ConnectX CNP of CAPTURES.md) as seed corpus. Inputs that crash it are copied to
-# tests/fuzz/regressions/, which ctest replays in every build (rocev2_wire_tests).
+# Builds the libFuzzer targets with clang-14 (libFuzzer, ASan, UBSan; the libraries are
+# instrumented too) in their own build directory and runs each for a bounded time:
+#   fuzz_frame          the whole-frame parser and the ICRC (seeds: every frame of the rxe
+#                       captures in tests/data, and the ConnectX CNP of CAPTURES.md)
+#   fuzz_admin_json     the control socket's admin JSON requests (answer(), the trace filter)
+#   fuzz_control_frame  the control socket's verbs frames with lying fd counts
+#   fuzz_nic_requests   scripts of verbs requests to the daemon's Nic (Nic::handle)
+# Each also starts from what regressions/<target>/ holds. Any crash, sanitizer report,
+# failed property, leak, timeout (10 s per input) or out-of-memory (2 GiB) fails the run; the
+# input that did it is kept under BUILD/fuzz/artifacts/<target>/ and the script prints how to
+# replay it and how to keep it as a regression (ctest then replays it in every build).
 #
-#   tests/fuzz/run-fuzz.sh [SECONDS]      default 60
-#   RRDMA_FUZZ_BUILD=dir                  build directory (default build-fuzz at the top)
+#   tests/fuzz/run-fuzz.sh [SECONDS] [TARGET...]   SECONDS per target (default
+#                                                  $RRDMA_FUZZ_SECONDS, else 60); all targets
+#   RRDMA_FUZZ_BUILD=dir    build directory (default build-fuzz at the top)
+#   RRDMA_FUZZ_JOBS=n       targets run at once (default 1)
 set -euo pipefail
 
-seconds=${1:-60}
+seconds=${1:-${RRDMA_FUZZ_SECONDS:-60}}
+shift || true
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${RRDMA_FUZZ_BUILD:-$root/build-fuzz}
+jobs=${RRDMA_FUZZ_JOBS:-1}
+targets=("$@")
+(( ${#targets[@]} )) || targets=(frame admin_json control_frame nic_requests)
 
+started=$(date +%s)
 CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DRRDMA_SANITIZE=ON -DBUILD_SHARED_LIBS=OFF \
   -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link >/dev/null
-cmake --build "$build" --target fuzz_frame fuzz_extract_frames -j2
+cmake --build "$build" --target fuzz_targets -j "${RRDMA_JOBS:-2}"
+built=$(date +%s)
 
-seeds=$build/fuzz/seeds
-corpus=$build/fuzz/corpus
-artifacts=$build/fuzz/artifacts
-mkdir -p "$seeds" "$corpus" "$artifacts"
-"$build/tests/fuzz/fuzz_extract_frames" "$seeds" "$root"/tests/data/rxe_*.pcapng
+work=$build/fuzz
+mkdir -p "$work"
+rm -rf "$work/seeds" && mkdir -p "$work/seeds/frame"
+"$build/tests/fuzz/fuzz_extract_frames" "$work/seeds/frame" "$root"/tests/data/rxe_*.pcapng
 # The ConnectX-4 Lx CNP (tests/data/CAPTURES.md): a frame no rxe sent.
 printf '%b' '\xe4\x1d\x2d\xab\x2b\xc2\x7c\xfe\x90\x64\x3b\x32\x08\x00\x45\xc2\x00\x3c\x71\x8c\x40\x00\x40\x11\x91\x61\x0a\x00\x11\x01\x0a\x00\x12\x01\x00\x00\x12\xb7\x00\x28\x00\x00\x81\x00\xff\xff\x40\x00\x01\x18\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x82\xfd\x00\x2a' \
-  >"$seeds/connectx_cnp.bin"
+  >"$work/seeds/frame/connectx_cnp.bin"
+"$build/tests/fuzz/fuzz_control_seeds" "$work/seeds"
 
-status=0
-UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  "$build/tests/fuzz/fuzz_frame" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-  -artifact_prefix="$artifacts/" "$corpus" "$seeds" || status=$?
+# Options per target: inputs as long as the parser can be sent (the control socket takes
+# requests up to 64 KiB; a verbs frame is at most 272 bytes, longer ones are refused whole).
+# The Nic target runs few inputs a second: it starts at full-length scripts (-len_control=0;
+# 60 s from the seeds reached 6.6 k features so, 5.9 k in 120 s growing lengths slowly).
+options_for() {
+  case $1 in
+    admin_json) echo "-max_len=65536 -dict=$here/admin_json.dict" ;;
+    control_frame) echo "-max_len=512" ;;
+    nic_requests) echo "-max_len=2048 -len_control=0" ;;
+    *) echo "" ;;
+  esac
+}
 
-found=0
-for f in "$artifacts"/crash-* "$artifacts"/leak-* "$artifacts"/timeout-* "$artifacts"/oom-*; do
-  [ -e "$f" ] || continue
-  cp "$f" "$here/regressions/"
-  echo "kept $(basename "$f") in tests/fuzz/regressions/"
-  found=1
+run_target() {
+  local target=$1 corpus=$work/corpus/$1 artifacts=$work/artifacts/$1 log=$work/$1.log status=0
+  mkdir -p "$corpus" "$artifacts" "$here/regressions/$target"
+  # shellcheck disable=SC2046
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    "$build/tests/fuzz/fuzz_$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$artifacts/" $(options_for "$target") \
+    "$corpus" "$work/seeds/$target" "$here/regressions/$target" >"$log" 2>&1 || status=$?
+  echo "$status" >"$work/$target.status"
+}
+
+rm -rf "$work"/artifacts "$work"/*.status
+running=0
+for target in "${targets[@]}"; do
+  [ -x "$build/tests/fuzz/fuzz_$target" ] || { echo "run-fuzz: no target fuzz_$target" >&2; exit 2; }
+  run_target "$target" &
+  if (( ++running >= jobs )); then wait -n || true; running=$((running - 1)); fi
 done
-[ "$found" = 0 ] && echo "fuzz_frame: nothing found in ${seconds}s (exit status $status)"
-exit "$status"
+wait
+
+failed=0
+for target in "${targets[@]}"; do
+  status=$(cat "$work/$target.status")
+  stats=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$work/$target.log" | tail -1 |
+          sed 's/^#\([0-9]*\)[[:space:]]*DONE[[:space:]]*/\1 runs, /' || true)
+  if [ "$status" = 0 ]; then
+    echo "fuzz_$target: ${seconds}s, nothing found (${stats:-no stats})"
+    continue
+  fi
+  failed=1
+  echo "fuzz_$target: FAILED (exit status $status):"
+  grep -E 'property failed|ERROR: |runtime error|SUMMARY|Test unit written' "$work/$target.log" | head -n 8 | sed 's/^/    /' || true
+  echo "  the end of $work/$target.log:"
+  tail -n 40 "$work/$target.log" | sed 's/^/    /'
+  for f in "$work/artifacts/$target"/*; do
+    [ -e "$f" ] || continue
+    echo "  kept input: $f"
+    echo "    replay:              $build/tests/fuzz/fuzz_$target $f"
+    echo "    keep as regression:  cp $f $here/regressions/$target/"
+  done
+done
+finished=$(date +%s)
+echo "run-fuzz: build $((built - started)) s, fuzzing $((finished - built)) s (${#targets[@]} targets x ${seconds} s, $jobs at a time)"
+exit "$failed"

@@ -1,0 +1,109 @@
+// Replays every input the control-socket fuzz targets kept in tests/fuzz/regressions/<target>/
+// through the same property check as the target, in every build (gcc or clang, with or
+// without sanitizers); and the seeds a target starts from, written by control_seeds
+// (a property that fails on a seed is a bug too, found without fuzzing).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "tests/fuzz/admin_json_properties.h"
+#include "tests/fuzz/control_frame_properties.h"
+#include "tests/fuzz/nic_requests_properties.h"
+
+namespace rrdma::fuzz {
+namespace {
+
+namespace fs = std::filesystem;
+using Check = const char* (*)(ByteSpan);
+
+std::vector<std::uint8_t> read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Every regular file of `dir` but dotfiles (.gitkeep) through `check`; how many there were.
+std::size_t replay(const fs::path& dir, Check check) {
+  std::size_t replayed = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (!entry.is_regular_file() || entry.path().filename().string().starts_with(".")) continue;
+    const std::vector<std::uint8_t> bytes = read_bytes(entry.path());
+    INFO(entry.path().string());
+    const char* failed = check(bytes);
+    CHECK(failed == nullptr);
+    if (failed) UNSCOPED_INFO(failed);
+    ++replayed;
+  }
+  return replayed;
+}
+
+const fs::path kRegressions = RRDMA_FUZZ_REGRESSIONS_DIR;
+
+TEST_CASE("Fuzz regressions: every kept admin JSON request passes its properties", "[fuzz][hostile]") {
+  WARN("replayed " << replay(kRegressions / "admin_json", check_admin_json) << " admin_json regressions");
+}
+
+TEST_CASE("Fuzz regressions: every kept control frame passes its properties", "[fuzz][hostile]") {
+  WARN("replayed " << replay(kRegressions / "control_frame", check_control_frame) << " control_frame regressions");
+}
+
+TEST_CASE("Fuzz regressions: every kept Nic request script passes its properties", "[fuzz][hostile]") {
+  WARN("replayed " << replay(kRegressions / "nic_requests", check_nic_requests) << " nic_requests regressions");
+}
+
+// The seeds reach the success paths, so that the fuzzer mutates requests the daemon takes,
+// not only ones it refuses at the first check.
+TEST_CASE("Fuzz seeds: the control targets' seeds are accepted requests", "[fuzz]") {
+  const fs::path dir = fs::temp_directory_path() / ("rrdma-control-seeds-ok-" + std::to_string(::getpid()));
+  REQUIRE(std::system((std::string(RRDMA_CONTROL_SEEDS) + " " + dir.string()).c_str()) == 0);
+  std::size_t frames = 0;
+  for (const auto& entry : fs::directory_iterator(dir / "control_frame")) {
+    const std::vector<std::uint8_t> bytes = read_bytes(entry.path());
+    REQUIRE(bytes.size() > 1);
+    verbs::control::Message message;
+    INFO(entry.path().filename().string());
+    CHECK(verbs::control::parse(ByteSpan(bytes).subspan(1), bytes[0], message) == verbs::control::DecodeError::None);
+    ++frames;
+  }
+  CHECK(frames == 2 * verbs::control::kMessageTypeCount);
+
+  // The longest script: every creating request is accepted, then every destroy.
+  std::vector<std::uint8_t> longest;
+  for (const auto& entry : fs::directory_iterator(dir / "nic_requests")) {
+    std::vector<std::uint8_t> bytes = read_bytes(entry.path());
+    if (bytes.size() > longest.size()) longest = std::move(bytes);
+  }
+  NicScriptTally tally;
+  CountingPort port;
+  IdleWatcher watcher;
+  verbs::Nic nic(verbs::NicConfig{stack::Ipv4Address{0x0A420001}, stack::MacAddress{{2, 0, 0, 0, 0, 1}}, 1500, true, {}},
+                 port, watcher);
+  REQUIRE(nic.client_connected({1, ::getpid(), ::getuid()}) == 0);
+  REQUIRE(nic.client_connected({2, ::getpid(), ::getuid()}) == 0);
+  CHECK(run_nic_script(longest, nic, &tally) == nullptr);
+  using verbs::control::MessageType;
+  for (MessageType type : {MessageType::OpenDevice, MessageType::QueryDevice, MessageType::QueryPort, MessageType::QueryGid,
+                           MessageType::AllocPd, MessageType::RegMr, MessageType::CreateCq, MessageType::CreateSrq,
+                           MessageType::CreateQp, MessageType::QueryQp, MessageType::CreateAh, MessageType::ResizeCq,
+                           MessageType::DestroyQp, MessageType::DestroySrq, MessageType::DeregMr, MessageType::DestroyCq,
+                           MessageType::DestroyAh, MessageType::DeallocPd}) {
+    INFO(verbs::control::message_name(type));
+    CHECK(tally.accepted.count(type) == 1);
+  }
+  CHECK(tally.refused.count(MessageType::ModifyQp) == 1);  // INIT without port, P_Key, access
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Fuzz seeds: the control targets' seed corpora pass their properties", "[fuzz]") {
+  const fs::path dir = fs::temp_directory_path() / ("rrdma-control-seeds-" + std::to_string(::getpid()));
+  REQUIRE(std::system((std::string(RRDMA_CONTROL_SEEDS) + " " + dir.string()).c_str()) == 0);
+  CHECK(replay(dir / "admin_json", check_admin_json) >= 10);
+  CHECK(replay(dir / "control_frame", check_control_frame) == 2 * verbs::control::kMessageTypeCount);
+  CHECK(replay(dir / "nic_requests", check_nic_requests) >= 10);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rrdma::fuzz
