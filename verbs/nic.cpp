@@ -167,26 +167,25 @@ void Nic::check_address_spaces(Instant now) {
     if (watch.changed()) to_evict_.push_back(client);
 }
 
+namespace {
+
 // The memory handle open_device brings must be a process's own mem file, readable and
 // writable: anything else (a pipe, a FUSE file) could make the daemon's reads block, and
 // would not be an address space. Whose mem file it is needs no check: a process can only
 // open the mem file of an address space it may ptrace, so the handle never carries more
 // right than its sender had.
-int Nic::adopt_memory(std::uint64_t client, control::ReceivedFds& fds, std::size_t index) {
-  const int fd = fds.at(index);
+bool is_memory_handle(int fd) {
   struct statfs filesystem{};
-  if (fd < 0 || ::fstatfs(fd, &filesystem) != 0 || filesystem.f_type != PROC_SUPER_MAGIC) return EINVAL;
+  if (fd < 0 || ::fstatfs(fd, &filesystem) != 0 || filesystem.f_type != PROC_SUPER_MAGIC) return false;
   const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) return EINVAL;
+  if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) return false;
   char target[PATH_MAX] = {};
   const std::string link = "/proc/self/fd/" + std::to_string(fd);
   const ssize_t length = ::readlink(link.c_str(), target, sizeof(target) - 1);
-  const std::string_view path(target, length > 0 ? static_cast<std::size_t>(length) : 0);
-  if (!path.ends_with("/mem")) return EINVAL;
-  // One address space per connection: a later context of the client keeps the first handle.
-  if (client_memory_.count(client) == 0) client_memory_.emplace(client, fds.release(index));
-  return 0;
+  return length > 0 && std::string_view(target, static_cast<std::size_t>(length)).ends_with("/mem");
 }
+
+}  // namespace
 
 // One step of a teardown, after the registry agreed to it.
 void Nic::forget_object(const TeardownAction& action) {
@@ -290,11 +289,13 @@ Message Nic::open_device(std::uint64_t client, const Message& m, control::Receiv
                                              m.words[field::kEventRingBytes], context->region);
   context->event_fd = Doorbell::adopt_keeping_mode(fds.release(1));
   if (!context->events || !context->event_fd.valid()) return reply(m, EINVAL);
-  if (const int error = adopt_memory(client, fds, 2); error != 0) return reply(m, static_cast<std::uint64_t>(error));
+  if (!is_memory_handle(fds.at(2))) return reply(m, EINVAL);
   const Created created = registry_.open_context(client);
   if (!created.ok()) return reply(m, static_cast<std::uint64_t>(created.error));
   context->handle = created.handle;
   context->client = client;
+  // One address space per connection: a later context of the client keeps the first handle.
+  if (client_memory_.count(client) == 0) client_memory_.emplace(client, fds.release(2));
   contexts_.emplace(created.handle, std::move(context));
   Message answer = reply(m, 0);
   answer.words[field::kContextHandle] = created.handle;

@@ -209,7 +209,6 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   void check_srq_limit(Srq& srq);
   void srq_failed(Srq& srq);
   void settle(Instant now);
-  int adopt_memory(std::uint64_t client, control::ReceivedFds& fds, std::size_t index);
   bool memory_lost(std::uint64_t client) const;
   void evict_lost_clients(Instant now);
   void check_address_spaces(Instant now);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tests/fuzz/admin_json_properties.h"
+#include "tests/fuzz/credentials_properties.h"
 #include "tests/fuzz/control_frame_properties.h"
 #include "tests/fuzz/nic_requests_properties.h"
 
@@ -47,6 +48,18 @@ TEST_CASE("Fuzz regressions: every kept admin JSON request passes its properties
 
 TEST_CASE("Fuzz regressions: every kept control frame passes its properties", "[fuzz][hostile]") {
   WARN("replayed " << replay(kRegressions / "control_frame", check_control_frame) << " control_frame regressions");
+}
+
+TEST_CASE("Fuzz regressions: every kept /proc/PID/status text passes its properties", "[fuzz][hostile]") {
+  WARN("replayed " << replay(kRegressions / "credentials", check_credentials) << " credentials regressions");
+  // The seed run-fuzz.sh starts from: a real status file parses, with this process's ids.
+  std::ifstream status("/proc/self/status");
+  const std::string text((std::istreambuf_iterator<char>(status)), std::istreambuf_iterator<char>());
+  CHECK(check_credentials(rrdma::ByteSpan(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())) == nullptr);
+  const auto parsed = rrdma::verbs::parse_credentials(text);
+  REQUIRE(parsed);
+  CHECK(parsed->uids[1] == ::geteuid());
+  CHECK(parsed->gids[1] == ::getegid());
 }
 
 TEST_CASE("Fuzz regressions: every kept Nic request script passes its properties", "[fuzz][hostile]") {

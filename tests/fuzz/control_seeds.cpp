@@ -61,7 +61,7 @@ void scripts(const std::string& dir) {
   // come after, so that their many words do not move these.
   const Word peer_gid_low = raw(0x0000FFFF0A420002);  // ::ffff:10.66.0.2
   const std::vector<Step> full = {
-      {MessageType::OpenDevice, {small(1), small(0)}, 2},
+      {MessageType::OpenDevice, {small(control::kVersion), small(0)}, 3},
       {MessageType::AllocPd, {earlier(1)}},
       {MessageType::RegMr, {earlier(3), small(16), small(32), small(7)}},
       {MessageType::CreateCq, {earlier(1), small(16), small(0)}, 2},

@@ -12,8 +12,9 @@
 //          2: a word of an earlier reply (handles, QPNs, keys), by s & 0x3f
 //          3: 1 << (s & 0x3f) (masks, limits)
 //   per fd of the type, a byte f, by f % 4: 0 what the request needs (a formatted ring memfd
-//          of the geometry the words ask for, and the words' byte count made to match; or an
-//          eventfd), 1 an eventfd, 2 a memfd of one page, unsealed and unformatted,
+//          of the geometry the words ask for, and the words' byte count made to match; an
+//          eventfd; or this process's /proc/self/mem), 1 an eventfd, 2 a memfd of one page,
+//          unsealed and unformatted,
 //          3 /dev/null
 // What holds:
 //  - every reply is the request's type with the reply bit, its id, the reply's word count,
@@ -75,6 +76,7 @@ struct FdSlot {
   std::uint32_t fixed_entries = 0;
   std::uint32_t entry_size = 0;
   std::size_t bytes_word = 0;
+  bool memory = false;  // the process's own memory handle (open_device)
 };
 
 inline std::vector<FdSlot> fd_slots(verbs::control::MessageType type) {
@@ -84,7 +86,8 @@ inline std::vector<FdSlot> fd_slots(verbs::control::MessageType type) {
   const FdSlot eventfd{};
   switch (type) {
     case MessageType::OpenDevice:
-      return {{true, kFixed, 64, sizeof(verbs::AsyncEventEntry), f::kEventRingBytes}, eventfd};
+      return {{true, kFixed, 64, sizeof(verbs::AsyncEventEntry), f::kEventRingBytes}, eventfd,
+              FdSlot{.memory = true}};
     case MessageType::CreateCq:
       return {{true, f::kCqEntries, 0, sizeof(verbs::Cqe), f::kCqRingBytes}, eventfd};
     case MessageType::CreateQp:
@@ -111,6 +114,7 @@ inline std::uint32_t ring_capacity(std::uint64_t entries) {
 inline int make_fd(std::uint8_t choice, const FdSlot& slot, std::vector<std::uint64_t>& words) {
   switch (choice % 4) {
     case 0:
+      if (slot.memory) return ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
       if (slot.ring) {
         const std::uint32_t capacity =
             slot.entries_word == SIZE_MAX ? slot.fixed_entries : ring_capacity(words[slot.entries_word]);

@@ -6,6 +6,7 @@
 #   fuzz_admin_json     the control socket's admin JSON requests (answer(), the trace filter)
 #   fuzz_control_frame  the control socket's verbs frames with lying fd counts
 #   fuzz_nic_requests   scripts of verbs requests to the daemon's Nic (Nic::handle)
+#   fuzz_credentials    a client's /proc/PID/status (parse_credentials)
 # Each also starts from what regressions/<target>/ holds. Any crash, sanitizer report,
 # failed property, leak, timeout (10 s per input) or out-of-memory (2 GiB) fails the run; the
 # input that did it is kept under BUILD/fuzz/artifacts/<target>/ and the script prints how to
@@ -24,7 +25,7 @@ root=$(cd "$here/../.." && pwd)
 build=${RRDMA_FUZZ_BUILD:-$root/build-fuzz}
 jobs=${RRDMA_FUZZ_JOBS:-1}
 targets=("$@")
-(( ${#targets[@]} )) || targets=(frame admin_json control_frame nic_requests)
+(( ${#targets[@]} )) || targets=(frame admin_json control_frame nic_requests credentials)
 
 started=$(date +%s)
 CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -41,6 +42,8 @@ rm -rf "$work/seeds" && mkdir -p "$work/seeds/frame"
 printf '%b' '\xe4\x1d\x2d\xab\x2b\xc2\x7c\xfe\x90\x64\x3b\x32\x08\x00\x45\xc2\x00\x3c\x71\x8c\x40\x00\x40\x11\x91\x61\x0a\x00\x11\x01\x0a\x00\x12\x01\x00\x00\x12\xb7\x00\x28\x00\x00\x81\x00\xff\xff\x40\x00\x01\x18\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x82\xfd\x00\x2a' \
   >"$work/seeds/frame/connectx_cnp.bin"
 "$build/tests/fuzz/fuzz_control_seeds" "$work/seeds"
+# A real /proc/PID/status, as the daemon reads it.
+mkdir -p "$work/seeds/credentials" && cat /proc/self/status >"$work/seeds/credentials/status.txt"
 
 # Options per target: inputs as long as the parser can be sent (the control socket takes
 # requests up to 64 KiB; a verbs frame is at most 272 bytes, longer ones are refused whole).
