@@ -51,7 +51,8 @@ exit_within() {
 }
 
 # A bandwidth result line: "#bytes #iterations BW peak BW average MsgRate" as numbers.
-prints_bandwidth() { grep -Eq '^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+' "$1"; }
+# perftest separates the last column with tabs.
+prints_bandwidth() { grep -Eq '^[[:space:]]*[0-9]+[[:space:]]+[0-9]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+' "$1"; }
 
 # kill_client_daemon NAME PORT ARGS...: the run, the kill, and both sides' exits (sets
 # CLIENT_RC, CLIENT_MS, SERVER_RC, SERVER_MS; the outputs are $TMPD/NAME.{client,server}).
