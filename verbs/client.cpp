@@ -49,12 +49,6 @@ int UniqueFd::release() {
   return fd;
 }
 
-Result<UniqueFd> make_event_fd() {
-  const int fd = ::eventfd(0, EFD_CLOEXEC);
-  if (fd < 0) return {errno, {}};
-  return {0, UniqueFd(fd)};
-}
-
 Result<EventWait> EventWait::create(int socket_fd) {
   EventWait made;
   made.socket_fd_ = socket_fd;

@@ -96,10 +96,6 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-// A blocking, close-on-exec eventfd: what a completion channel and a context's async fd
-// are. Blocking because verbs' get_cq_event / get_async_event wait unless the application
-// itself made the fd non-blocking.
-Result<UniqueFd> make_event_fd();
 // How often the data path (poll, post) looks at the connection to notice that the daemon
 // died: a program that only busy-polls its CQ never reads the socket otherwise.
 inline constexpr std::int64_t kLivenessCheckIntervalMs = 10;
