@@ -150,8 +150,35 @@ int CompletionChannel::get_cq_event(std::shared_ptr<CompletionQueue>& out, int t
 
 namespace {
 
+using verbs::WcOpcode;
+
+std::uint32_t wc_code(WcOpcode opcode) { return static_cast<std::uint32_t>(opcode); }
+
 // IBV_WC_RECV and the other receive opcodes have bit 7 set (verbs.h's enum ibv_wc_opcode).
-bool is_receive_completion(const Cqe& cqe) { return (cqe.opcode & static_cast<std::uint32_t>(verbs::WcOpcode::Recv)) != 0; }
+bool is_receive_completion(const Cqe& cqe) { return (cqe.opcode & wc_code(WcOpcode::Recv)) != 0; }
+
+// What a WR_FLUSH_ERR completion carries (ibv_poll_cq(3): wr_id, status, qp_num are valid
+// for a failed completion; the opcode is filled as the daemon fills it).
+Cqe flushed(std::uint64_t wr_id, std::uint32_t opcode, std::uint32_t qp_num) {
+  Cqe cqe{};
+  cqe.wr_id = wr_id;
+  cqe.status = static_cast<std::uint32_t>(rocev2::WcStatus::WrFlushErr);
+  cqe.opcode = opcode;
+  cqe.qp_num = qp_num;
+  return cqe;
+}
+
+// IBV_WR_* -> IBV_WC_* for a send (verbs.h).
+std::uint32_t send_wc_opcode(std::uint8_t wr_opcode) {
+  switch (static_cast<rocev2::WrOpcode>(wr_opcode)) {
+    case rocev2::WrOpcode::RdmaWrite:
+    case rocev2::WrOpcode::RdmaWriteWithImm: return wc_code(WcOpcode::RdmaWrite);
+    case rocev2::WrOpcode::RdmaRead: return wc_code(WcOpcode::RdmaRead);
+    case rocev2::WrOpcode::AtomicCmpSwp: return wc_code(WcOpcode::CompSwap);
+    case rocev2::WrOpcode::AtomicFetchAdd: return wc_code(WcOpcode::FetchAdd);
+    default: return wc_code(WcOpcode::Send);
+  }
+}
 
 }  // namespace
 
@@ -184,37 +211,6 @@ void WorkLog::completed(const Cqe& cqe) {
     if (signaled) return;
   }
 }
-
-namespace {
-
-// What a WR_FLUSH_ERR completion carries (ibv_poll_cq(3): wr_id, status, qp_num are valid
-// for a failed completion; the opcode is filled as the daemon fills it).
-Cqe flushed(std::uint64_t wr_id, std::uint32_t opcode, std::uint32_t qp_num) {
-  Cqe cqe{};
-  cqe.wr_id = wr_id;
-  cqe.status = static_cast<std::uint32_t>(rocev2::WcStatus::WrFlushErr);
-  cqe.opcode = opcode;
-  cqe.qp_num = qp_num;
-  return cqe;
-}
-
-using verbs::WcOpcode;
-
-std::uint32_t wc_code(WcOpcode opcode) { return static_cast<std::uint32_t>(opcode); }
-
-// IBV_WR_* -> IBV_WC_* for a send (verbs.h).
-std::uint32_t send_wc_opcode(std::uint8_t wr_opcode) {
-  switch (static_cast<rocev2::WrOpcode>(wr_opcode)) {
-    case rocev2::WrOpcode::RdmaWrite:
-    case rocev2::WrOpcode::RdmaWriteWithImm: return wc_code(WcOpcode::RdmaWrite);
-    case rocev2::WrOpcode::RdmaRead: return wc_code(WcOpcode::RdmaRead);
-    case rocev2::WrOpcode::AtomicCmpSwp: return wc_code(WcOpcode::CompSwap);
-    case rocev2::WrOpcode::AtomicFetchAdd: return wc_code(WcOpcode::FetchAdd);
-    default: return wc_code(WcOpcode::Send);
-  }
-}
-
-}  // namespace
 
 std::size_t WorkLog::flush_sends(std::span<Cqe> out) {
   std::lock_guard lock(mutex_);

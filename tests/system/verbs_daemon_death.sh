@@ -83,6 +83,10 @@ kill_client_daemon() {
   CLIENT_RC=$EXIT_RC CLIENT_MS=$EXIT_MS
   exit_within "$server" $(( SERVER_LIMIT_S * 1000 * 3 ))
   SERVER_RC=$EXIT_RC SERVER_MS=$(( $(now_ms) - killed ))
+  # The pid file would name a pid that may be reused once the daemon is gone; cleanup
+  # must not signal it.
+  wait_until 10 "$name: the killed daemon to be gone" eval "! pid_alive $daemon"
+  rm -f "$RUN_DIR/$VNIC_B.pid"
   sed "s/^/  [client] /" "$TMPD/$name.client"
   sed "s/^/  [server] /" "$TMPD/$name.server"
   log "$name: client exit $CLIENT_RC after $CLIENT_MS ms, server exit $SERVER_RC after $SERVER_MS ms (from the kill)"
