@@ -706,6 +706,8 @@ void QueuePair::post_send(std::span<const SendWorkRequest> wrs) {
       why = ", the QP is in " + std::string(to_string(state())) + " (sending needs RTS)";
     } else if (error == ENOMEM) {
       why = ", the send queue is full (poll the CQ)";
+    } else if (error == EIO && impl_->pd().context().device_fatal()) {
+      why = ", the vnic's daemon is gone";
     }
     fail(error, "post_send " + std::string(to_string(bad.opcode)) + " (request " + std::to_string(posted) +
                     ", wr_id " + std::to_string(bad.wr_id) + why + ")");

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -17,6 +18,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <system_error>
 
 #include "verbs/client_internal.h"
@@ -47,26 +49,50 @@ int UniqueFd::release() {
   return fd;
 }
 
-Result<UniqueFd> make_event_fd() {
-  const int fd = ::eventfd(0, EFD_CLOEXEC);
-  if (fd < 0) return {errno, {}};
-  return {0, UniqueFd(fd)};
+Result<EventWait> EventWait::create(int socket_fd) {
+  EventWait made;
+  made.socket_fd_ = socket_fd;
+  made.event_fd_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!made.event_fd_.valid()) return {errno, {}};
+  made.epoll_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!made.epoll_.valid()) return {errno, {}};
+  epoll_event signal{};
+  signal.events = EPOLLIN;
+  signal.data.fd = made.event_fd_.get();
+  if (::epoll_ctl(made.epoll_.get(), EPOLL_CTL_ADD, made.event_fd_.get(), &signal) != 0) return {errno, {}};
+  // No EPOLLIN: the replies to control requests must not wake the application. EPOLLHUP
+  // and EPOLLERR are always reported.
+  epoll_event hangup{};
+  hangup.events = 0;
+  hangup.data.fd = socket_fd;
+  if (::epoll_ctl(made.epoll_.get(), EPOLL_CTL_ADD, socket_fd, &hangup) != 0) return {errno, {}};
+  return {0, std::move(made)};
 }
 
-int read_event_fd(int fd, int timeout_ms, std::uint64_t& value) {
+int EventWait::wait(int timeout_ms, Woken& woken, std::uint64_t& count) {
+  // The application makes its fd non-blocking on fd(), the epoll fd: that is what decides.
+  const int flags = ::fcntl(epoll_.get(), F_GETFL);
+  const bool non_blocking = flags >= 0 && (flags & O_NONBLOCK) != 0;
+  const int timeout = non_blocking ? 0 : timeout_ms;
   for (;;) {
-    if (timeout_ms >= 0) {
-      pollfd waiting{fd, POLLIN, 0};
-      const int ready = ::poll(&waiting, 1, timeout_ms);
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready < 0) return errno;
-      if (ready == 0) return ETIMEDOUT;
+    epoll_event ready[2];
+    const int n = ::epoll_wait(epoll_.get(), ready, 2, timeout);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return non_blocking ? EAGAIN : ETIMEDOUT;
+    bool gone = false;
+    for (int i = 0; i < n; ++i) gone = gone || ready[i].data.fd == socket_fd_;
+    // A signal the daemon sent before it died still counts: its events come first.
+    if (::read(event_fd_.get(), &count, sizeof(count)) == static_cast<ssize_t>(sizeof(count))) {
+      woken = Woken::Signalled;
+      return 0;
     }
-    const ssize_t got = ::read(fd, &value, sizeof(value));
-    if (got == static_cast<ssize_t>(sizeof(value))) return 0;
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return errno;
-    return EIO;
+    if (gone) {
+      count = 0;
+      woken = Woken::DaemonGone;
+      return 0;
+    }
+    // Another reader took the count first: wait again.
   }
 }
 
@@ -188,9 +214,9 @@ Result<std::shared_ptr<Context>> Context::open_socket(int socket_fd, std::string
 int Context::handshake() {
   const RingGeometry geometry = event_ring_geometry();
   if (const int error = make_ring("rrdma-events", geometry, event_region_); error != 0) return error;
-  auto event_fd = make_event_fd();
-  if (!event_fd.ok()) return event_fd.error;
-  event_fd_ = std::move(event_fd.value);
+  auto event_wait = EventWait::create(socket_.get());
+  if (!event_wait.ok()) return event_wait.error;
+  event_wait_ = std::move(event_wait.value);
 
   // The daemon reaches our memory only through this handle (docs/SECURITY.md). It is bound to
   // this address space: after an exec, or once the process is gone, it reaches nothing.
@@ -200,7 +226,7 @@ int Context::handshake() {
   control::Message request = new_request(MessageType::OpenDevice);
   request.words[field::kAbiVersion] = kAbiVersion;
   request.words[field::kEventRingBytes] = geometry.region_size();
-  const int fds[] = {event_region_.fd(), event_fd_.get(), memory.get()};
+  const int fds[] = {event_region_.fd(), event_wait_.event_fd(), memory.get()};
   control::Message reply;
   if (const int error = call(request, fds, reply); error != 0) return error;
   handle_ = handle_word(reply.words[field::kContextHandle]);
@@ -212,6 +238,19 @@ int Context::handshake() {
 control::Message Context::new_request(MessageType type) { return control::make_request(type, 0); }
 
 namespace {
+
+// The daemon's end of the connection is closed: it died, or closed us. A peer that is only
+// slow is not hung up.
+bool hung_up(int socket_fd) {
+  pollfd connection{socket_fd, 0, 0};
+  return ::poll(&connection, 1, 0) == 1 && (connection.revents & (POLLHUP | POLLERR)) != 0;
+}
+
+std::int64_t coarse_now_ms() {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1'000'000;
+}
 
 int io_errno(control::IoError error) {
   switch (error) {
@@ -234,6 +273,7 @@ int Context::call(const control::Message& request, std::span<const int> fds, con
   sent.request_id = next_request_id_++;
   if (const auto error = control::send_message(socket_.get(), sent, fds); error != control::IoError::None) {
     broken_ = true;
+    if (hung_up(socket_.get())) note_device_fatal();
     return io_errno(error);
   }
   pollfd waiting{socket_.get(), POLLIN, 0};
@@ -248,6 +288,7 @@ int Context::call(const control::Message& request, std::span<const int> fds, con
   control::Received received = control::receive_message(socket_.get());
   if (received.error != control::IoError::None) {
     broken_ = true;
+    if (received.error == control::IoError::PeerClosed || hung_up(socket_.get())) note_device_fatal();
     return io_errno(received.error);
   }
   control::Message& answer = received.message;
@@ -260,6 +301,21 @@ int Context::call(const control::Message& request, std::span<const int> fds, con
   if (status == EPROTO) broken_ = true;
   reply = std::move(answer);
   return status;
+}
+
+// The flag is what the data path reads; the async fd and every channel fd are already
+// readable, because the kernel reports the hang-up through their epoll sets.
+void Context::note_device_fatal() { device_fatal_.store(true, std::memory_order_release); }
+
+bool Context::check_device_fatal() {
+  if (device_fatal()) return true;
+  const std::int64_t now = coarse_now_ms();
+  std::int64_t last = last_liveness_check_ms_.load(std::memory_order_relaxed);
+  if (now - last < kLivenessCheckIntervalMs) return false;
+  // One thread looks per interval; the others go on.
+  if (!last_liveness_check_ms_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return false;
+  if (hung_up(socket_.get())) note_device_fatal();
+  return device_fatal();
 }
 
 int destroy_handle(Context& context, MessageType type, std::uint32_t handle) {

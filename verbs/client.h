@@ -96,14 +96,36 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-// A blocking, close-on-exec eventfd: what a completion channel and a context's async fd
-// are. Blocking because verbs' get_cq_event / get_async_event wait unless the application
-// itself made the fd non-blocking.
-Result<UniqueFd> make_event_fd();
-// Reads an eventfd: 0 (and the counter in `value`), EAGAIN when the fd is non-blocking and
-// the counter is zero, another errno otherwise. Waits at most timeout_ms when >= 0 (then
-// ETIMEDOUT); with -1 the fd's own blocking mode decides.
-int read_event_fd(int fd, int timeout_ms, std::uint64_t& value);
+// How often the data path (poll, post) looks at the connection to notice that the daemon
+// died: a program that only busy-polls its CQ never reads the socket otherwise.
+inline constexpr std::int64_t kLivenessCheckIntervalMs = 10;
+
+// What an application waits on for a context's async events or a channel's completions
+// (ibv_context.async_fd, ibv_comp_channel.fd): an epoll fd over the eventfd the daemon
+// writes and the connection to the daemon, the latter registered for hang-up only. The fd
+// is readable when the daemon signals *or* dies, and it is the kernel that notices: a
+// program asleep in poll() on its async fd or channel fd learns of the death with no thread
+// of ours watching. The eventfd itself is private (and non-blocking): the application's
+// O_NONBLOCK is the one it sets on fd().
+class EventWait {
+ public:
+  // The socket is the context's connection; it stays owned by the Context.
+  static Result<EventWait> create(int socket_fd);
+
+  int fd() const { return epoll_.get(); }
+  int event_fd() const { return event_fd_.get(); }
+
+  enum class Woken { Signalled, DaemonGone };
+  // Waits for the daemon's signal (0, `count` = the counter read) or its hang-up (0,
+  // DaemonGone); EAGAIN when fd() is non-blocking and neither came; ETIMEDOUT after
+  // timeout_ms >= 0.
+  int wait(int timeout_ms, Woken& woken, std::uint64_t& count);
+
+ private:
+  UniqueFd epoll_;
+  UniqueFd event_fd_;
+  int socket_fd_ = -1;
+};
 
 // ---------------------------------------------------------------------------------------
 // Devices
@@ -154,13 +176,29 @@ class Context : public std::enable_shared_from_this<Context> {
   Result<std::shared_ptr<CompletionQueue>> create_cq(std::uint32_t entries,
                                                      std::shared_ptr<CompletionChannel> channel);
 
-  // ibv_context.async_fd: readable when an event may be waiting.
-  int async_fd() const { return event_fd_.get(); }
+  // ibv_context.async_fd: readable when an event may be waiting, and for good once the
+  // daemon is gone.
+  int async_fd() const { return event_wait_.fd(); }
   // ibv_get_async_event: 0 with the next event; waits on async_fd unless it is
-  // non-blocking (then EAGAIN); timeout_ms >= 0 bounds the wait (ETIMEDOUT).
+  // non-blocking (then EAGAIN); timeout_ms >= 0 bounds the wait (ETIMEDOUT). Once the
+  // daemon is gone: the events it had queued, then IBV_EVENT_DEVICE_FATAL once, then EIO.
   int get_async_event(AsyncEventEntry& out, int timeout_ms = -1);
-  // 0 with an event, EAGAIN when none is queued; never a system call.
+  // 0 with an event (DEVICE_FATAL once the daemon is known gone), EAGAIN when none is
+  // queued; never a system call.
   int try_get_async_event(AsyncEventEntry& out);
+
+  // The daemon is gone (its end of the connection hung up): the device is dead for good,
+  // as after IBV_EVENT_DEVICE_FATAL. Posting is EIO, polling gives the outstanding work
+  // flushed and then -EIO, waits on the async fd or a channel return.
+  bool device_fatal() const { return device_fatal_.load(std::memory_order_acquire); }
+  // device_fatal(), after looking at the connection if kLivenessCheckIntervalMs passed
+  // since the last look: one coarse clock read otherwise, cheap enough for every empty
+  // poll and every post.
+  bool check_device_fatal();
+  // Called by whoever saw the hang-up (a wait, a control request).
+  void note_device_fatal();
+  // For a channel of this context: the connection it must watch for hang-up.
+  int socket_fd() const { return socket_.get(); }
 
   // One control request and its reply, serialised with every other request on this
   // connection: 0 with `reply` filled, the daemon's status as errno, or EIO / EPROTO /
@@ -172,6 +210,7 @@ class Context : public std::enable_shared_from_this<Context> {
   Context(UniqueFd socket, std::string name);
   int handshake();
   void settle_event_fd();
+  int take_fatal_event(AsyncEventEntry& out);
 
   std::string name_;
   UniqueFd socket_;
@@ -183,8 +222,12 @@ class Context : public std::enable_shared_from_this<Context> {
 
   SharedRegion event_region_;
   std::optional<RingConsumer> event_ring_;
-  UniqueFd event_fd_;
+  EventWait event_wait_;
   std::mutex event_mutex_;
+
+  std::atomic<bool> device_fatal_{false};
+  bool fatal_event_taken_ = false;  // under event_mutex_
+  std::atomic<std::int64_t> last_liveness_check_ms_{0};
 };
 
 // Sends a destroy request for `handle`; shared by every object's destroy().
@@ -291,18 +334,61 @@ class AddressHandle {
 };
 
 // ---------------------------------------------------------------------------------------
+// What a QP has posted and not yet seen complete
+
+// When the daemon dies, the work it held never completes; verbs promises that every WR
+// posted to a QP in error completes, flushed. Only the client is left to do it, so each QP
+// keeps a log of its WRs that have not completed, and the CQ's poll retires entries as the
+// daemon's CQEs arrive. The daemon completes a QP's sends in posting order (a signaled
+// success retires every unsignaled WR before it; an error completes one WR, signaled or not,
+// as the engine's flush does) and its receives in posting order.
+class WorkLog {
+ public:
+  // At most `bound` entries per queue can be outstanding (the ring and the daemon's queue
+  // behind it); an older entry must have completed and is dropped.
+  WorkLog(std::uint32_t qp_num, std::size_t bound) : qp_num_(qp_num), bound_(bound) {}
+
+  std::uint32_t qp_num() const { return qp_num_; }
+  void posted_send(std::uint64_t wr_id, std::uint8_t opcode, bool signaled);
+  void posted_recv(std::uint64_t wr_id);
+  // A CQE of this QP was polled.
+  void completed(const Cqe& cqe);
+  // Writes one IBV_WC_WR_FLUSH_ERR CQE per outstanding send (or receive) into `out`, oldest
+  // first, and forgets them: how many were written.
+  std::size_t flush_sends(std::span<Cqe> out);
+  std::size_t flush_recvs(std::span<Cqe> out);
+
+ private:
+  struct PostedSend {
+    std::uint64_t wr_id;
+    std::uint8_t opcode;  // IBV_WR_*
+    bool signaled;
+  };
+  std::uint32_t qp_num_;
+  std::size_t bound_;
+  std::mutex mutex_;
+  std::deque<PostedSend> sends_;
+  std::deque<std::uint64_t> recvs_;
+};
+
+// ---------------------------------------------------------------------------------------
 // Completion channels and CQs
 
 class CompletionChannel : public std::enable_shared_from_this<CompletionChannel> {
  public:
-  explicit CompletionChannel(UniqueFd fd) : fd_(std::move(fd)) {}
+  CompletionChannel(std::shared_ptr<Context> context, EventWait wait)
+      : context_(std::move(context)), wait_(std::move(wait)) {}
   CompletionChannel(const CompletionChannel&) = delete;
   CompletionChannel& operator=(const CompletionChannel&) = delete;
 
-  // ibv_comp_channel.fd: an eventfd the daemon writes once per consumed arm.
-  int fd() const { return fd_.get(); }
+  // ibv_comp_channel.fd: readable after the daemon wrote the channel's eventfd (once per
+  // consumed arm), and for good once the daemon is gone.
+  int fd() const { return wait_.fd(); }
+  // The eventfd the daemon writes (each CQ's notify fd).
+  int notify_fd() const { return wait_.event_fd(); }
   // ibv_get_cq_event: 0 and the CQ that fired; EAGAIN if fd() is non-blocking and nothing
-  // fired; ETIMEDOUT when timeout_ms >= 0 passed. The caller gets a reference to the CQ.
+  // fired; ETIMEDOUT when timeout_ms >= 0 passed; EIO once the daemon is gone (as a kernel
+  // channel reads after its device was removed). The caller gets a reference to the CQ.
   int get_cq_event(std::shared_ptr<CompletionQueue>& out, int timeout_ms = -1);
   // CQs created on this channel that are still alive.
   std::size_t attached() const;
@@ -315,7 +401,8 @@ class CompletionChannel : public std::enable_shared_from_this<CompletionChannel>
   // Moves up to `budget` CQs whose arm the daemon consumed into pending_.
   void collect_fired(std::uint64_t budget);
 
-  UniqueFd fd_;
+  std::shared_ptr<Context> context_;
+  EventWait wait_;
   std::mutex read_mutex_;            // one reader of the eventfd at a time
   mutable std::mutex list_mutex_;    // attached_ and pending_
   std::vector<CompletionQueue*> attached_;
@@ -334,10 +421,17 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
   Context& context() const { return *context_; }
 
   // ibv_poll_cq: up to out.size() CQEs (each is a struct ibv_wc); the count, or -EIO when
-  // the daemon corrupted the ring.
+  // the daemon corrupted the ring. Once the daemon is gone: what it had completed, then
+  // every outstanding WR of the CQ's QPs as IBV_WC_WR_FLUSH_ERR, then -EIO.
   int poll(std::span<Cqe> out);
-  // ibv_req_notify_cq.
+  // ibv_req_notify_cq; EIO once the daemon is gone.
   int req_notify(bool solicited_only);
+
+  // A QP sends (or receives) through this CQ: its log is retired by the CQEs polled here and
+  // flushed here when the daemon dies.
+  enum class Side { Send, Recv };
+  void attach_log(std::shared_ptr<WorkLog> log, Side side);
+  void detach_log(const WorkLog* log);
   // ibv_resize_cq: a new ring of at least `entries` (and room for what is queued); the
   // daemon moves the queued CQEs over before it answers.
   int resize(std::uint32_t entries);
@@ -352,6 +446,14 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
   CompletionQueue(std::shared_ptr<Context> context, std::shared_ptr<CompletionChannel> channel);
   // The CQ's arm was set by us and consumed by the daemon: clears our flag, true. Under mutex_.
   bool take_fired();
+  // Under mutex_: retire a polled CQE in its QP's log; write flush CQEs for what is left.
+  void retire(const Cqe& cqe);
+  std::size_t flush_into(std::span<Cqe> out);
+
+  struct AttachedLog {
+    std::shared_ptr<WorkLog> log;
+    Side side;
+  };
 
   std::shared_ptr<Context> context_;
   std::shared_ptr<CompletionChannel> channel_;
@@ -362,6 +464,7 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
   std::optional<RingConsumer> ring_;
   bool armed_ = false;          // we armed and have not reported the event yet
   std::uint32_t arm_kind_ = kNotifyNone;
+  std::vector<AttachedLog> logs_;  // under mutex_
   std::atomic<bool> destroyed_{false};
 };
 
@@ -432,7 +535,8 @@ class WorkRing {
 // as *bad_wr.
 class SendBatch {
  public:
-  SendBatch(WorkRing& ring, const SendShape& shape, int state_error);
+  // `log` (may be null) records each WR pushed.
+  SendBatch(WorkRing& ring, const SendShape& shape, int state_error, WorkLog* log = nullptr);
   SendBatch(const SendBatch&) = delete;
   SendBatch& operator=(const SendBatch&) = delete;
   ~SendBatch() { finish(); }
@@ -444,11 +548,12 @@ class SendBatch {
   std::unique_lock<std::mutex> lock_;
   SendShape shape_;
   int error_;
+  WorkLog* log_;
 };
 
 class RecvBatch {
  public:
-  RecvBatch(WorkRing& ring, std::uint32_t max_recv_sge, int state_error);
+  RecvBatch(WorkRing& ring, std::uint32_t max_recv_sge, int state_error, WorkLog* log = nullptr);
   RecvBatch(const RecvBatch&) = delete;
   RecvBatch& operator=(const RecvBatch&) = delete;
   ~RecvBatch() { finish(); }
@@ -460,6 +565,7 @@ class RecvBatch {
   std::unique_lock<std::mutex> lock_;
   std::uint32_t max_recv_sge_;
   int error_;
+  WorkLog* log_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -478,7 +584,7 @@ class SharedReceiveQueue {
   std::uint32_t handle() const { return handle_; }
   std::uint32_t max_wr() const { return ring_->capacity(); }
   std::uint32_t max_sge() const { return max_sge_; }
-  RecvBatch begin_recv() { return RecvBatch(*ring_, max_sge_, 0); }
+  RecvBatch begin_recv();
   // ibv_post_srq_recv: 0 or errno; `posted` = how many went (*bad_wr = wrs[posted]).
   int post_recv(std::span<const RecvWr> wrs, std::size_t& posted);
   int modify(const SrqAttributes& attributes, int mask);  // IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT
@@ -507,7 +613,8 @@ class QueuePair {
   QpType type() const { return init_.type; }
   const QpCapabilities& capabilities() const { return init_.cap; }
   bool sq_sig_all() const { return init_.sq_sig_all; }
-  QpState state() const { return state_.load(); }  // as of our last modify / query
+  // As of our last modify / query; ERR once the daemon is gone.
+  QpState state() const;
   ProtectionDomain& pd() const { return *pd_; }
   CompletionQueue& send_cq() const { return *init_.send_cq; }
   CompletionQueue& recv_cq() const { return *init_.recv_cq; }
@@ -528,6 +635,8 @@ class QueuePair {
  private:
   friend class ProtectionDomain;
   QueuePair(std::shared_ptr<ProtectionDomain> pd, QpInit init);
+  void attach_logs();
+  void detach_logs();
 
   std::shared_ptr<ProtectionDomain> pd_;
   QpInit init_;
@@ -536,6 +645,7 @@ class QueuePair {
   UniqueFd doorbell_;
   std::unique_ptr<WorkRing> send_ring_;
   std::unique_ptr<WorkRing> recv_ring_;
+  std::shared_ptr<WorkLog> log_;
   std::atomic<QpState> state_{QpState::Reset};
   std::atomic<bool> destroyed_{false};
 };

@@ -24,23 +24,36 @@ int Context::try_get_async_event(AsyncEventEntry& out) {
   if (!event_ring_) return EIO;
   switch (event_ring_->try_pop_value(out)) {
     case PopResult::Popped: return 0;
-    case PopResult::Empty: return EAGAIN;
+    case PopResult::Empty: return take_fatal_event(out);
     case PopResult::Broken: return EIO;
   }
   return EIO;
 }
 
+// When the daemon is gone, the events it queued come first, then one
+// IBV_EVENT_DEVICE_FATAL (element: port 0, as the kernel reports it), then EIO: what a
+// kernel async fd reads after its device was removed. Under event_mutex_.
+int Context::take_fatal_event(AsyncEventEntry& out) {
+  if (!device_fatal()) return EAGAIN;
+  if (fatal_event_taken_) return EIO;
+  fatal_event_taken_ = true;
+  out = AsyncEventEntry{static_cast<std::uint32_t>(verbs::EventType::DeviceFatal), 0, 0};
+  return 0;
+}
+
 // The daemon pushes the entry and then writes the eventfd, so after a read of the eventfd
 // every event it counted is in the ring; an event pushed after our read writes it again.
 // A counter left over from events we popped without reading costs one extra loop, never a
-// lost event.
+// lost event. The wait also ends when the daemon hangs up.
 int Context::get_async_event(AsyncEventEntry& out, int timeout_ms) {
   for (;;) {
     const int error = try_get_async_event(out);
     if (error == 0) settle_event_fd();
     if (error != EAGAIN) return error;
     std::uint64_t count = 0;
-    if (const int wait_error = read_event_fd(event_fd_.get(), timeout_ms, count); wait_error != 0) return wait_error;
+    EventWait::Woken woken{};
+    if (const int wait_error = event_wait_.wait(timeout_ms, woken, count); wait_error != 0) return wait_error;
+    if (woken == EventWait::Woken::DaemonGone) note_device_fatal();
   }
 }
 
@@ -53,22 +66,20 @@ int Context::get_async_event(AsyncEventEntry& out, int timeout_ms) {
 void Context::settle_event_fd() {
   std::lock_guard lock(event_mutex_);
   if (!event_ring_ || event_ring_->available() != 0) return;
-  pollfd readable{event_fd_.get(), POLLIN, 0};
-  if (::poll(&readable, 1, 0) != 1) return;
-  std::uint64_t count = 0;
-  if (::read(event_fd_.get(), &count, sizeof(count)) != static_cast<ssize_t>(sizeof(count))) return;
+  std::uint64_t count = 0;  // the eventfd is non-blocking: nothing to read is EAGAIN
+  if (::read(event_wait_.event_fd(), &count, sizeof(count)) != static_cast<ssize_t>(sizeof(count))) return;
   if (event_ring_->available() == 0) return;
   const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t ignored = ::write(event_fd_.get(), &one, sizeof(one));
+  [[maybe_unused]] const ssize_t ignored = ::write(event_wait_.event_fd(), &one, sizeof(one));
 }
 
 // ---------------------------------------------------------------------------------------
 // Completion channels
 
 Result<std::shared_ptr<CompletionChannel>> Context::create_comp_channel() {
-  auto fd = make_event_fd();
-  if (!fd.ok()) return {fd.error, nullptr};
-  return {0, std::make_shared<CompletionChannel>(std::move(fd.value))};
+  auto wait = EventWait::create(socket_.get());
+  if (!wait.ok()) return {wait.error, nullptr};
+  return {0, std::make_shared<CompletionChannel>(shared_from_this(), std::move(wait.value))};
 }
 
 void CompletionChannel::attach(CompletionQueue* cq) {
@@ -124,10 +135,101 @@ int CompletionChannel::get_cq_event(std::shared_ptr<CompletionQueue>& out, int t
       out = std::move(fired);  // outside the lock: out may have held a CQ's last reference
       return 0;
     }
+    // No CQ will fire again: the application polls its CQs, which flush what was posted.
+    if (context_->device_fatal()) return EIO;
     std::uint64_t count = 0;
-    if (const int error = read_event_fd(fd_.get(), timeout_ms, count); error != 0) return error;
+    EventWait::Woken woken{};
+    if (const int error = wait_.wait(timeout_ms, woken, count); error != 0) return error;
+    if (woken == EventWait::Woken::DaemonGone) context_->note_device_fatal();
     collect_fired(count);
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Work logs
+
+namespace {
+
+using verbs::WcOpcode;
+
+std::uint32_t wc_code(WcOpcode opcode) { return static_cast<std::uint32_t>(opcode); }
+
+// IBV_WC_RECV and the other receive opcodes have bit 7 set (verbs.h's enum ibv_wc_opcode).
+bool is_receive_completion(const Cqe& cqe) { return (cqe.opcode & wc_code(WcOpcode::Recv)) != 0; }
+
+// What a WR_FLUSH_ERR completion carries (ibv_poll_cq(3): wr_id, status, qp_num are valid
+// for a failed completion; the opcode is filled as the daemon fills it).
+Cqe flushed(std::uint64_t wr_id, std::uint32_t opcode, std::uint32_t qp_num) {
+  Cqe cqe{};
+  cqe.wr_id = wr_id;
+  cqe.status = static_cast<std::uint32_t>(rocev2::WcStatus::WrFlushErr);
+  cqe.opcode = opcode;
+  cqe.qp_num = qp_num;
+  return cqe;
+}
+
+// IBV_WR_* -> IBV_WC_* for a send (verbs.h).
+std::uint32_t send_wc_opcode(std::uint8_t wr_opcode) {
+  switch (static_cast<rocev2::WrOpcode>(wr_opcode)) {
+    case rocev2::WrOpcode::RdmaWrite:
+    case rocev2::WrOpcode::RdmaWriteWithImm: return wc_code(WcOpcode::RdmaWrite);
+    case rocev2::WrOpcode::RdmaRead: return wc_code(WcOpcode::RdmaRead);
+    case rocev2::WrOpcode::AtomicCmpSwp: return wc_code(WcOpcode::CompSwap);
+    case rocev2::WrOpcode::AtomicFetchAdd: return wc_code(WcOpcode::FetchAdd);
+    default: return wc_code(WcOpcode::Send);
+  }
+}
+
+}  // namespace
+
+void WorkLog::posted_send(std::uint64_t wr_id, std::uint8_t opcode, bool signaled) {
+  std::lock_guard lock(mutex_);
+  sends_.push_back({wr_id, opcode, signaled});
+  if (sends_.size() > bound_) sends_.pop_front();
+}
+
+void WorkLog::posted_recv(std::uint64_t wr_id) {
+  std::lock_guard lock(mutex_);
+  recvs_.push_back(wr_id);
+  if (recvs_.size() > bound_) recvs_.pop_front();
+}
+
+void WorkLog::completed(const Cqe& cqe) {
+  std::lock_guard lock(mutex_);
+  if (is_receive_completion(cqe)) {
+    if (!recvs_.empty()) recvs_.pop_front();
+    return;
+  }
+  if (cqe.status != 0) {
+    if (!sends_.empty()) sends_.pop_front();
+    return;
+  }
+  // A successful CQE is the first signaled WR; the unsignaled ones before it completed too.
+  while (!sends_.empty()) {
+    const bool signaled = sends_.front().signaled;
+    sends_.pop_front();
+    if (signaled) return;
+  }
+}
+
+std::size_t WorkLog::flush_sends(std::span<Cqe> out) {
+  std::lock_guard lock(mutex_);
+  std::size_t written = 0;
+  while (written < out.size() && !sends_.empty()) {
+    out[written++] = flushed(sends_.front().wr_id, send_wc_opcode(sends_.front().opcode), qp_num_);
+    sends_.pop_front();
+  }
+  return written;
+}
+
+std::size_t WorkLog::flush_recvs(std::span<Cqe> out) {
+  std::lock_guard lock(mutex_);
+  std::size_t written = 0;
+  while (written < out.size() && !recvs_.empty()) {
+    out[written++] = flushed(recvs_.front(), wc_code(WcOpcode::Recv), qp_num_);
+    recvs_.pop_front();
+  }
+  return written;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -150,7 +252,7 @@ Result<std::shared_ptr<CompletionQueue>> Context::create_cq(std::uint32_t entrie
   if (const int error = make_ring("rrdma-cq", geometry, cq->region_); error != 0) return {error, nullptr};
   int notify_fd = -1;
   if (cq->channel_) {
-    notify_fd = cq->channel_->fd();
+    notify_fd = cq->channel_->notify_fd();
   } else {
     // Nobody reads it; non-blocking so it can never matter that its counter fills.
     cq->private_notify_fd_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -185,19 +287,58 @@ std::uint32_t CompletionQueue::capacity() const {
 int CompletionQueue::poll(std::span<Cqe> out) {
   std::lock_guard lock(mutex_);
   if (!ring_) return -EINVAL;
-  int taken = 0;
+  std::size_t taken = 0;
   for (Cqe& cqe : out) {
     const PopResult result = ring_->try_pop_value(cqe);
     if (result == PopResult::Empty) break;
-    if (result == PopResult::Broken) return taken > 0 ? taken : -EIO;
+    if (result == PopResult::Broken) return taken > 0 ? static_cast<int>(taken) : -EIO;
+    retire(cqe);
     ++taken;
   }
-  return taken;
+  if (taken == out.size()) return static_cast<int>(taken);
+  // Only a poll that found the ring drained looks at the connection (at a bounded rate): a
+  // daemon that still delivers is alive enough.
+  const bool fatal = taken > 0 ? context_->device_fatal() : context_->check_device_fatal();
+  if (!fatal) return static_cast<int>(taken);
+  taken += flush_into(out.subspan(taken));
+  // ibv_poll_cq(3): negative on failure. Once everything outstanding was flushed a poll
+  // fails, so that a program waiting for a completion that cannot come stops waiting.
+  return taken > 0 ? static_cast<int>(taken) : -EIO;
+}
+
+void CompletionQueue::attach_log(std::shared_ptr<WorkLog> log, Side side) {
+  std::lock_guard lock(mutex_);
+  logs_.push_back({std::move(log), side});
+}
+
+void CompletionQueue::detach_log(const WorkLog* log) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(logs_, [&](const AttachedLog& attached) { return attached.log.get() == log; });
+}
+
+void CompletionQueue::retire(const Cqe& cqe) {
+  const Side side = is_receive_completion(cqe) ? Side::Recv : Side::Send;
+  for (const AttachedLog& attached : logs_) {
+    if (attached.side == side && attached.log->qp_num() == cqe.qp_num) {
+      attached.log->completed(cqe);
+      return;
+    }
+  }
+}
+
+std::size_t CompletionQueue::flush_into(std::span<Cqe> out) {
+  std::size_t written = 0;
+  for (const AttachedLog& attached : logs_) {
+    const std::span<Cqe> room = out.subspan(written);
+    written += attached.side == Side::Send ? attached.log->flush_sends(room) : attached.log->flush_recvs(room);
+  }
+  return written;
 }
 
 int CompletionQueue::req_notify(bool solicited_only) {
   std::lock_guard lock(mutex_);
   if (!ring_) return EINVAL;
+  if (context_->check_device_fatal()) return EIO;
   if (ring_->error() != RingError::None) return EIO;
   arm_kind_ = solicited_only ? kNotifySolicited : kNotifyNext;
   ring_->arm_notification(arm_kind_);

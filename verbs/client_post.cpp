@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -134,14 +135,17 @@ void WorkRing::publish() {
   [[maybe_unused]] const ssize_t ignored = ::write(doorbell_fd_, &one, sizeof(one));
 }
 
-SendBatch::SendBatch(WorkRing& ring, const SendShape& shape, int state_error)
-    : ring_(&ring), lock_(ring.mutex()), shape_(shape), error_(state_error) {}
+SendBatch::SendBatch(WorkRing& ring, const SendShape& shape, int state_error, WorkLog* log)
+    : ring_(&ring), lock_(ring.mutex()), shape_(shape), error_(state_error), log_(log) {}
 
 int SendBatch::push(const SendWr& wr) {
   if (error_ != 0) return error_;
   SendWqe wqe;
   error_ = build_send_wqe(wr, shape_, wqe);
   if (error_ == 0) error_ = ring_->push(ByteSpan(reinterpret_cast<const std::uint8_t*>(&wqe), sizeof(wqe)));
+  if (error_ == 0 && log_ != nullptr) {
+    log_->posted_send(wqe.wr_id, wqe.opcode, (wqe.send_flags & rocev2::send_flags::kSignaled) != 0);
+  }
   return error_;
 }
 
@@ -151,14 +155,15 @@ void SendBatch::finish() {
   lock_.unlock();
 }
 
-RecvBatch::RecvBatch(WorkRing& ring, std::uint32_t max_recv_sge, int state_error)
-    : ring_(&ring), lock_(ring.mutex()), max_recv_sge_(max_recv_sge), error_(state_error) {}
+RecvBatch::RecvBatch(WorkRing& ring, std::uint32_t max_recv_sge, int state_error, WorkLog* log)
+    : ring_(&ring), lock_(ring.mutex()), max_recv_sge_(max_recv_sge), error_(state_error), log_(log) {}
 
 int RecvBatch::push(const RecvWr& wr) {
   if (error_ != 0) return error_;
   RecvWqe wqe;
   error_ = build_recv_wqe(wr, max_recv_sge_, wqe);
   if (error_ == 0) error_ = ring_->push(ByteSpan(reinterpret_cast<const std::uint8_t*>(&wqe), sizeof(wqe)));
+  if (error_ == 0 && log_ != nullptr) log_->posted_recv(wqe.wr_id);
   return error_;
 }
 
@@ -225,6 +230,12 @@ int SharedReceiveQueue::destroy() {
   return error;
 }
 
+// ibv_post_srq_recv after the daemon died is EIO, like every post. (An SRQ's receives are
+// not flushed: verbs never flushes an SRQ's WQEs when its QPs fail.)
+RecvBatch SharedReceiveQueue::begin_recv() {
+  return RecvBatch(*ring_, max_sge_, pd_->context().check_device_fatal() ? EIO : 0);
+}
+
 int SharedReceiveQueue::post_recv(std::span<const RecvWr> wrs, std::size_t& posted) {
   return post_all(begin_recv(), wrs, posted);
 }
@@ -255,13 +266,31 @@ int SharedReceiveQueue::query(SrqAttributes& out) {
 
 QueuePair::QueuePair(std::shared_ptr<ProtectionDomain> pd, QpInit init) : pd_(std::move(pd)), init_(std::move(init)) {}
 
-QueuePair::~QueuePair() { destroy(); }
+QueuePair::~QueuePair() {
+  destroy();
+  detach_logs();
+}
 
+// A destroyed QP's work completes no more (ibv_destroy_qp(3)); its log leaves the CQs.
 int QueuePair::destroy() {
   if (handle_ == 0 || destroyed_.exchange(true)) return 0;
   const int error = destroy_handle(pd_->context(), MessageType::DestroyQp, handle_);
-  if (error != 0 && error != EIO) destroyed_ = false;
+  if (error != 0 && error != EIO) {
+    destroyed_ = false;
+    return error;
+  }
+  detach_logs();
   return error;
+}
+
+void QueuePair::detach_logs() {
+  if (!log_) return;
+  init_.send_cq->detach_log(log_.get());
+  init_.recv_cq->detach_log(log_.get());
+}
+
+QpState QueuePair::state() const {
+  return pd_->context().device_fatal() ? QpState::Err : state_.load();
 }
 
 namespace {
@@ -320,17 +349,30 @@ Result<std::shared_ptr<QueuePair>> ProtectionDomain::create_qp(const QpInit& ini
   cap.max_send_wr = send_geometry.capacity;
   cap.max_recv_wr = init.srq ? 0 : recv_geometry.capacity;
   cap.max_inline_data = kMaxInlineData;
+  qp->attach_logs();
   return {0, std::move(qp)};
+}
+
+// A queue's outstanding WRs are at most those in its ring plus those the daemon took: its
+// engine queue has the ring's capacity, and it holds one more WQE while the engine is full.
+void QueuePair::attach_logs() {
+  const std::size_t bound = 2 * std::size_t{std::max(send_ring_->capacity(), recv_ring_->capacity())} + 1;
+  log_ = std::make_shared<WorkLog>(qp_num_, bound);
+  init_.send_cq->attach_log(log_, CompletionQueue::Side::Send);
+  if (!init_.srq) init_.recv_cq->attach_log(log_, CompletionQueue::Side::Recv);
 }
 
 SendBatch QueuePair::begin_send() {
   const SendShape shape{static_cast<rocev2::QpType>(init_.type), init_.cap.max_send_sge, init_.cap.max_inline_data,
                         init_.sq_sig_all};
-  return SendBatch(*send_ring_, shape, send_state_error(state_.load()));
+  const int error = pd_->context().check_device_fatal() ? EIO : send_state_error(state_.load());
+  return SendBatch(*send_ring_, shape, error, log_.get());
 }
 
 RecvBatch QueuePair::begin_recv() {
-  return RecvBatch(*recv_ring_, init_.cap.max_recv_sge, recv_state_error(state_.load(), init_.srq != nullptr));
+  const int error =
+      pd_->context().check_device_fatal() ? EIO : recv_state_error(state_.load(), init_.srq != nullptr);
+  return RecvBatch(*recv_ring_, init_.cap.max_recv_sge, error, log_.get());
 }
 
 int QueuePair::post_send(std::span<const SendWr> wrs, std::size_t& posted) {

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <mutex>
 #include <string>
@@ -99,6 +101,8 @@ class FakeDaemon {
     std::lock_guard lock(mutex_);
     close_next_ = true;
   }
+  // What the client sees when the daemon is killed: its end of the connection hangs up.
+  void die() { ::shutdown(daemon_fd_.load(), SHUT_RDWR); }
 
   // Adopted objects, by the handle the fake gave them.
   AdoptedRing& ring(std::uint32_t handle, int which = 0) {
@@ -824,6 +828,189 @@ TEST_CASE("client: async events come from the event ring", "[client]") {
   CHECK(context->get_async_event(event) == EAGAIN);
 }
 
+// ---------------------------------------------------------------------------------------
+// The daemon dies (docs/VERBS_CLIENT.md, "When the daemon dies")
+
+namespace {
+
+bool readable_within(int fd, int timeout_ms) {
+  pollfd waiting{fd, POLLIN, 0};
+  return ::poll(&waiting, 1, timeout_ms) == 1;
+}
+
+Cqe send_cqe(std::uint64_t wr_id, std::uint32_t qp_num) {
+  Cqe cqe{};
+  cqe.wr_id = wr_id;
+  cqe.qp_num = qp_num;
+  cqe.opcode = static_cast<std::uint32_t>(WcOpcode::Send);
+  return cqe;
+}
+
+// Polls as a busy-polling program does until something comes (or the poll fails), for at
+// most `limit`; the CQEs polled and the last poll's result.
+int poll_until_something(client::CompletionQueue& cq, std::vector<Cqe>& got, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  Cqe batch[8];
+  for (;;) {
+    const int n = cq.poll(batch);
+    if (n > 0) got.insert(got.end(), batch, batch + n);
+    if (n != 0 || std::chrono::steady_clock::now() >= deadline) return n;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("client: when the daemon dies, waits wake, outstanding work is flushed, posts fail", "[client]") {
+  FakeDaemon daemon;
+  auto context = daemon.open();
+  auto pd = context->alloc_pd().value;
+  auto channel = context->create_comp_channel().value;
+  auto cq = context->create_cq(16, channel).value;
+  client::QpInit init;
+  init.send_cq = init.recv_cq = cq;
+  init.cap = {4, 4, 1, 1, 0};
+  auto qp = pd->create_qp(init).value;
+  REQUIRE(qp);
+  QpAttributes rts;
+  rts.state = QpState::Rts;
+  REQUIRE(qp->modify(rts, qp_attr::kState) == 0);
+
+  // Receives 10 and 11; sends 1 (unsignaled), 2 (signaled), 3 (unsignaled).
+  const client::RecvWr recvs[] = {{10, {}}, {11, {}}};
+  std::size_t posted = 0;
+  REQUIRE(qp->post_recv(recvs, posted) == 0);
+  client::SendWr sends[3];
+  for (std::uint64_t i = 0; i < 3; ++i) sends[i].wr_id = i + 1;
+  sends[1].send_flags = rocev2::send_flags::kSignaled;
+  REQUIRE(qp->post_send(sends, posted) == 0);
+
+  // The daemon completed send 2 (and so 1) and queued an event before it died.
+  AdoptedRing& cq_ring = daemon.ring(cq->handle());
+  RingProducer completions(cq_ring.region.bytes(), cq_ring.geometry);
+  REQUIRE(completions.try_push_value(send_cqe(2, qp->qp_num())) == PushResult::Pushed);
+  completions.publish();
+  RingProducer events(daemon.event_ring().region.bytes(), daemon.event_ring().geometry);
+  REQUIRE(events.try_push_value(AsyncEventEntry{static_cast<std::uint32_t>(EventType::CommEst), 0, 7}) ==
+          PushResult::Pushed);
+  events.publish();
+  ring_eventfd(daemon.event_fd());
+  AsyncEventEntry event{};
+  REQUIRE(context->get_async_event(event, 0) == 0);  // the queued one, taken before the death
+  CHECK(event.event_type == static_cast<std::uint32_t>(EventType::CommEst));
+
+  REQUIRE(cq->req_notify(false) == 0);
+  CHECK_FALSE(readable_within(context->async_fd(), 0));
+  CHECK_FALSE(readable_within(channel->fd(), 0));
+  // A program asleep on its channel and another on its async events.
+  auto cq_event = std::async(std::launch::async, [&] {
+    std::shared_ptr<client::CompletionQueue> fired;
+    return channel->get_cq_event(fired);
+  });
+  auto async_event = std::async(std::launch::async, [&] {
+    AsyncEventEntry entry{};
+    const int error = context->get_async_event(entry);
+    return error == 0 ? static_cast<int>(entry.event_type) : -error;
+  });
+  CHECK(cq_event.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout);
+
+  daemon.die();
+  REQUIRE(cq_event.wait_for(std::chrono::seconds(1)) == std::future_status::ready);
+  CHECK(cq_event.get() == EIO);
+  REQUIRE(async_event.wait_for(std::chrono::seconds(1)) == std::future_status::ready);
+  CHECK(async_event.get() == static_cast<int>(EventType::DeviceFatal));
+  CHECK(context->get_async_event(event, 0) == EIO);  // once, then the device is gone
+  // The fds stay readable, as a kernel async fd and channel are after their device went.
+  CHECK(readable_within(context->async_fd(), 0));
+  CHECK(readable_within(channel->fd(), 0));
+  CHECK(context->device_fatal());
+  CHECK(qp->state() == QpState::Err);
+
+  // What the daemon completed (send 2, and so 1) comes first; then send 3 and both
+  // receives, flushed.
+  std::vector<Cqe> polled;
+  REQUIRE(poll_until_something(*cq, polled, std::chrono::seconds(1)) == 4);
+  std::vector<std::uint64_t> ids;
+  for (const Cqe& cqe : polled) {
+    CHECK(cqe.qp_num == qp->qp_num());
+    ids.push_back(cqe.wr_id);
+  }
+  CHECK(ids == std::vector<std::uint64_t>{2, 3, 10, 11});
+  CHECK(polled[0].status == static_cast<std::uint32_t>(WcStatus::Success));
+  for (std::size_t i = 1; i < polled.size(); ++i) {
+    CHECK(polled[i].status == static_cast<std::uint32_t>(WcStatus::WrFlushErr));
+  }
+  CHECK(polled[1].opcode == static_cast<std::uint32_t>(WcOpcode::Send));
+  CHECK(polled[2].opcode == static_cast<std::uint32_t>(WcOpcode::Recv));
+  Cqe more[4];
+  CHECK(cq->poll(more) == -EIO);
+  CHECK(qp->post_send(sends, posted) == EIO);
+  CHECK(posted == 0);
+  CHECK(qp->post_recv(recvs, posted) == EIO);
+  CHECK(cq->req_notify(false) == EIO);
+  CHECK(context->alloc_pd().error == EIO);
+}
+
+TEST_CASE("client: a program that only busy-polls notices the daemon's death within the check interval", "[client]") {
+  QpScene scene;
+  QpScene alive;  // another vnic's daemon, still running
+  scene.to_rts();
+  alive.to_rts();
+  client::SendWr write;
+  write.wr_id = 42;
+  write.opcode = static_cast<std::uint32_t>(rocev2::WrOpcode::RdmaWrite);
+  write.send_flags = rocev2::send_flags::kSignaled;
+  std::size_t posted = 0;
+  REQUIRE(scene.qp->post_send(std::span(&write, 1), posted) == 0);
+  REQUIRE(alive.qp->post_send(std::span(&write, 1), posted) == 0);
+
+  scene.daemon.die();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Cqe> got;
+  REQUIRE(poll_until_something(*scene.cq, got, std::chrono::seconds(1)) == 1);
+  const auto noticed = std::chrono::steady_clock::now() - start;
+  // The coarse clock ticks every few ms; the interval is 10 ms.
+  CHECK(noticed < std::chrono::milliseconds(100));
+  CHECK(got[0].wr_id == 42);
+  CHECK(got[0].status == static_cast<std::uint32_t>(WcStatus::WrFlushErr));
+  CHECK(got[0].opcode == static_cast<std::uint32_t>(WcOpcode::RdmaWrite));
+  Cqe more[1];
+  CHECK(scene.cq->poll(more) == -EIO);
+  // The async fd became readable although nobody waited on it.
+  CHECK(readable_within(scene.context->async_fd(), 0));
+  AsyncEventEntry event{};
+  REQUIRE(scene.context->try_get_async_event(event) == 0);
+  CHECK(event.event_type == static_cast<std::uint32_t>(EventType::DeviceFatal));
+
+  // The other vnic is untouched: its WR is still outstanding, not flushed.
+  got.clear();
+  CHECK(poll_until_something(*alive.cq, got, std::chrono::milliseconds(50)) == 0);
+  CHECK(alive.qp->post_send(std::span(&write, 1), posted) == 0);
+  CHECK_FALSE(alive.context->device_fatal());
+}
+
+TEST_CASE("client: the work log retires unsignaled sends with the next signaled one, and errors one by one", "[client]") {
+  client::WorkLog log(0x101, 8);
+  log.posted_send(1, 0, false);
+  log.posted_send(2, 0, true);
+  log.posted_send(3, 0, false);
+  log.posted_send(4, 0, true);
+  log.posted_send(5, 0, false);
+  log.completed(send_cqe(2, 0x101));  // 1 and 2
+  Cqe failed = send_cqe(3, 0x101);
+  failed.status = static_cast<std::uint32_t>(WcStatus::RetryExcErr);
+  log.completed(failed);  // 3 only, although it was unsignaled
+  Cqe out[8];
+  REQUIRE(log.flush_sends(out) == 2);
+  CHECK(out[0].wr_id == 4);
+  CHECK(out[1].wr_id == 5);
+  CHECK(log.flush_sends(out) == 0);
+  // The bound: the oldest entry must have completed and goes.
+  client::WorkLog small(0x102, 2);
+  for (std::uint64_t id = 1; id <= 3; ++id) small.posted_recv(id);
+  REQUIRE(small.flush_recvs(out) == 2);
+  CHECK(out[0].wr_id == 2);
+}
+
 TEST_CASE("client: the daemon's status is the verb's errno", "[client]") {
   FakeDaemon daemon;
   auto context = daemon.open();
@@ -1056,6 +1243,54 @@ TEST_CASE("api: handles over a fake vnic: errors say what failed, events find a 
       CHECK(error.wc_status() == WcStatus::RetryExcErr);
       CHECK(std::string(error.what()).find("transport retry counter exceeded") != std::string::npos);
     }
+  }
+  ::unsetenv("RRDMA_RUN_DIR");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("api: when the vnic's daemon dies: DEVICE_FATAL, flushed work, posts and polls throw", "[api]") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("rrdma-api-fatal-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  ::setenv("RRDMA_RUN_DIR", dir.c_str(), 1);
+  {
+    FakeDaemon daemon((dir / "fake0.sock").string());
+    verbs::Context context = verbs::Context::open("fake0");
+    ProtectionDomain pd = context.alloc_pd();
+    CompletionQueue cq = context.create_cq(8);
+    QueuePair qp = pd.create_qp(QpType::Rc, cq);
+    std::vector<std::byte> buffer(64);
+    MemoryRegion mr = pd.register_memory(std::span(buffer));
+    daemon.force_status(MessageType::ModifyQp, 0);
+    QpAttributes rts;
+    rts.state = QpState::Rts;
+    qp.modify(rts, qp_attr::kState);
+    const Sge sge = mr.sge();
+    qp.post_receive(ReceiveWorkRequest{5, std::span(&sge, 1)});
+    qp.post_send(SendWorkRequest::send(6, std::span(&sge, 1)));
+
+    daemon.die();
+    const auto event = context.get_async_event();  // blocks until the death is seen
+    REQUIRE(event);
+    CHECK(event->type == EventType::DeviceFatal);
+    std::vector<WorkCompletion> flushed;
+    while (flushed.size() < 2) {
+      const auto wc = cq.wait(std::chrono::seconds(1));
+      REQUIRE(wc);
+      flushed.push_back(*wc);
+    }
+    CHECK(flushed[0].wr_id() == 6);
+    CHECK(flushed[1].wr_id() == 5);
+    for (const WorkCompletion& wc : flushed) CHECK(wc.status() == WcStatus::WrFlushErr);
+    CHECK_THROWS_WITH(cq.poll_one(), Catch::Contains("poll_cq"));
+    try {
+      qp.post_send(SendWorkRequest::send(7, std::span(&sge, 1)));
+      FAIL("post_send after the daemon died did not throw");
+    } catch (const verbs::Error& error) {
+      CHECK(error.error_number() == EIO);
+      CHECK(std::string(error.what()).find("daemon is gone") != std::string::npos);
+    }
+    CHECK(qp.state() == QpState::Err);
   }
   ::unsetenv("RRDMA_RUN_DIR");
   std::filesystem::remove_all(dir);
