@@ -5,8 +5,10 @@
 //     full, for at most 10 s), prints "opened N", holds them HOLD_MS, then prints
 //     "alive M" (those the daemon has not closed) and exits, closing them all.
 //   rrdma_control_flood requests SOCKET COUNT
-//     sends COUNT bad requests (invalid JSON, unknown commands, oversized garbage) on one
-//     connection, 32 in flight, reads every reply; prints "sent N replies M errors E".
+//     sends COUNT bad admin requests (each starts with '{', which makes it admin JSON
+//     rather than a verbs frame: invalid JSON, unknown commands, a number as "cmd", no
+//     "cmd") on one connection, 32 in flight, reads every reply; prints
+//     "sent N replies M errors E" (E: replies carrying "error").
 // Exit 0 when it could do what it was asked to try (the test judges the numbers), 2 on
 // bad arguments, 1 when the socket cannot be reached at all.
 #include <fcntl.h>
@@ -107,10 +109,10 @@ int flood_connections(const char* path, long count, long hold_ms) {
 
 std::string bad_request(long i) {
   switch (i % 4) {
-    case 0: return "this is not json " + std::to_string(i);
+    case 0: return "{this is not json " + std::to_string(i);
     case 1: return "{\"cmd\":\"no-such-command-" + std::to_string(i) + "\"}";
     case 2: return "{\"cmd\":" + std::to_string(i) + "}";
-    default: return "[\"status\", " + std::to_string(i) + "]";
+    default: return "{\"command\":\"status\",\"n\":" + std::to_string(i) + "}";
   }
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A flood of bad requests must not grow the daemon's log without bound (issue 16: 128k bad
 # requests in 5 s once wrote 14.7 MB). 100,000 bad requests (invalid JSON, unknown
-# commands, a number as "cmd", an array) are each answered with an error, the log grows by
+# commands, a number as "cmd", no "cmd") are each answered with an error, the log grows by
 # less than 64 KiB (the limit: 20 lines at once, then 5 a second, about 150 bytes a line),
 # says how many lines it held back, and `stats` counts them.
 source "$(dirname "$0")/lib.sh"
