@@ -222,7 +222,7 @@ void ControlServer::accept_clients() {
 // `down` while a member holds every descriptor); any other is closed at once.
 ControlServer::ReserveOutcome ControlServer::accept_on_reserve() {
   if (reserve_fd_ < 0) reserve_fd_ = open_reserve();
-  if (reserve_fd_ < 0) return ReserveOutcome::kNoReserve;
+  if (reserve_fd_ < 0) return ReserveOutcome::kRest;
   ::close(std::exchange(reserve_fd_, -1));
   const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   const int accept_error = errno;
@@ -230,17 +230,21 @@ ControlServer::ReserveOutcome ControlServer::accept_on_reserve() {
     const std::optional<int> victim = credentials_of(fd).uid == 0 ? newest_member_connection() : std::nullopt;
     if (victim) {
       ++counters_.evicted_for_root;
+      log_limited("out of descriptors: closed uid " + std::to_string(clients_[*victim].peer.uid) +
+                  "'s newest connection to let root in");
       drop(*victim);
       admit(fd);
     } else {
       ++counters_.connections_shed;
+      log_limited("out of descriptors: closed a new connection at once");
       ::close(fd);
     }
   }
   reserve_fd_ = open_reserve();
-  if (reserve_fd_ < 0) return ReserveOutcome::kNoReserve;
-  if (fd < 0 && (accept_error == EAGAIN || accept_error == EWOULDBLOCK)) return ReserveOutcome::kDrained;
-  return ReserveOutcome::kAccepted;  // or that client was gone already: try the next
+  if (reserve_fd_ < 0) return ReserveOutcome::kRest;
+  if (fd >= 0 || accept_error == ECONNABORTED || accept_error == EINTR) return ReserveOutcome::kAccepted;
+  if (accept_error == EAGAIN || accept_error == EWOULDBLOCK) return ReserveOutcome::kDrained;
+  return ReserveOutcome::kRest;  // ENFILE even with our reserve freed: someone took it
 }
 
 std::optional<int> ControlServer::newest_member_connection() const {
@@ -264,6 +268,8 @@ void ControlServer::admit(int fd) {
   std::size_t& held = connections_of_uid_[peer.uid];
   if (peer.uid != 0 && held >= limits_.connections_per_uid) {
     ++counters_.refused_per_uid_limit;
+    log_limited("uid " + std::to_string(peer.uid) + " holds " + std::to_string(held) +
+                " connections, the most one uid may: refused one more");
     ::close(fd);
     return;
   }
@@ -348,14 +354,20 @@ bool ControlServer::send_reply(int fd, const nlohmann::json& reply) {
 // logged at all.
 void ControlServer::log_request(const PeerCredentials& peer, std::string_view message) {
   if (is_quiet_query(message)) return;
+  log_limited("request from pid " + std::to_string(peer.pid) + " uid " + std::to_string(peer.uid) + ": " +
+              printable(message));
+}
+
+// Every line a peer can cause goes through the one token bucket.
+void ControlServer::log_limited(const std::string& line) {
   const LogRateLimiter::Verdict verdict = log_limiter_.admit(Clock::now());
   counters_.log_lines_suppressed = log_limiter_.suppressed_total();
   if (!verdict.log) return;
   if (verdict.suppressed_before > 0) {
-    std::fprintf(stderr, "control: %llu request lines suppressed (more than %u a second)\n",
+    std::fprintf(stderr, "control: %llu lines suppressed (more than %u a second)\n",
                  static_cast<unsigned long long>(verdict.suppressed_before), limits_.log_lines_per_second);
   }
-  std::fprintf(stderr, "control: request from pid %d uid %u: %s\n", peer.pid, peer.uid, printable(message).c_str());
+  std::fprintf(stderr, "control: %s\n", line.c_str());
   std::fflush(stderr);
 }
 

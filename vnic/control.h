@@ -113,7 +113,7 @@ class ControlServer {
     bool verbs_client = false;
   };
 
-  enum class ReserveOutcome { kAccepted, kDrained, kNoReserve };
+  enum class ReserveOutcome { kAccepted, kDrained, kRest };
   void accept_clients();
   ReserveOutcome accept_on_reserve();
   void admit(int fd);
@@ -125,6 +125,7 @@ class ControlServer {
   bool hand_over_stream(int fd, const nlohmann::json& request, std::string_view cmd);
   bool send_reply(int fd, const nlohmann::json& reply);
   void log_request(const PeerCredentials& peer, std::string_view message);
+  void log_limited(const std::string& line);
   void forget(int fd);
   void drop(int fd);
 
