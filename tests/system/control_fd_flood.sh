@@ -20,19 +20,25 @@ make_test_group
 
 FLOOD_PID=""
 
-# start_flood VNIC COUNT HOLD_MS: in the background, as the member; waits for "opened".
+# start_flood VNIC COUNT: in the background, as the member; waits for "opened". The
+# flooder holds its connections until its stdin (a FIFO this shell keeps open on fd 7)
+# ends: release_flood.
 start_flood() {
   : >"$TMPD/flood.out"
-  "${AS_MEMBER[@]}" "$RRDMA_CONTROL_FLOOD" connections "$RUN_DIR/$1.sock" "$2" "$3" \
-    >"$TMPD/flood.out" 2>"$TMPD/flood.err" &
+  rm -f "$TMPD/hold"
+  mkfifo -m 0644 "$TMPD/hold"
+  exec 7<>"$TMPD/hold"
+  "${AS_MEMBER[@]}" "$RRDMA_CONTROL_FLOOD" connections "$RUN_DIR/$1.sock" "$2" \
+    <"$TMPD/hold" >"$TMPD/flood.out" 2>"$TMPD/flood.err" 7>&- &
   FLOOD_PID=$!  # setpriv execs the flooder: this is its pid
   CONTROL_PIDS+=("$FLOOD_PID")
   wait_until 30 "the flood to open its connections" grep -q '^opened ' "$TMPD/flood.out"
   log "  flood: $(head -1 "$TMPD/flood.out")"
 }
-# finish_flood: waits (bounded) for the flooder to let go and exit; sets ALIVE.
+# finish_flood: lets the flooder go and waits (bounded) for it to exit; sets ALIVE.
 finish_flood() {
   local rc=0
+  exec 7>&-
   wait_until 30 "the flood to end" grep -q '^alive ' "$TMPD/flood.out"
   wait "$FLOOD_PID" || rc=$?
   FLOOD_PID=""
@@ -41,7 +47,7 @@ finish_flood() {
   log "  flood: alive $ALIVE at the end of its hold"
 }
 
-# A 1: descriptor exhaustion. The flood holds for 8 s; root's commands must answer in it.
+# A: descriptor exhaustion. Root's commands must answer while the flood holds.
 V="${PREFIX}a"
 log "vnic $V with RLIMIT_NOFILE 256"
 register_vnic "$V"
@@ -52,12 +58,10 @@ limit=$(awk '/Max open files/ {print $4}' "/proc/$DAEMON_PID/limits")
 expect_eq "$limit" 256 "the daemon's RLIMIT_NOFILE"
 
 log "a member floods it with 1000 connections"
-start_flood "$V" 1000 8000
-kill -0 "$FLOOD_PID" 2>/dev/null || fail "the flood ended before its hold"
+start_flood "$V" 1000
 log "root's status and stats while the flood holds"
 timeout 10 "$RRDMA_VNIC" status "$V" >"$TMPD/status-during.txt" 2>&1 ||
-  fail "status during the flood: $(cat "$TMPD/status-during.txt")"
-kill -0 "$FLOOD_PID" 2>/dev/null || fail "the flood ended before root's status: the check proves nothing"
+  fail "status during the flood: exit $?: $(cat "$TMPD/status-during.txt")"
 control_counter "$V" accept_fd_exhausted
 expect_ge "$COUNT" 1 "control.accept_fd_exhausted (the daemon did run out of descriptors)"
 counter "$TMPD/control-stats.json" control.evicted_for_root
@@ -76,7 +80,9 @@ expect_vnic_gone "$V"
 W="${PREFIX}b"
 log "vnic $W: one uid may hold at most 256 connections"
 vnic_up "$W" --ip "$NET.11/24" --group "$TEST_GROUP"
-start_flood "$W" 300 1500
+start_flood "$W" 300
+# Connections still in the backlog when "opened" was printed are judged moments later.
+wait_until 20 "44 connections refused" counter_at_least "$W" control.refused_per_uid_limit 44
 finish_flood
 expect_eq "$ALIVE" 256 "connections the member still held"
 control_counter "$W" refused_per_uid_limit

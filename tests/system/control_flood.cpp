@@ -1,9 +1,10 @@
 // rrdma_control_flood: a hostile client of a vnic's control socket, for the system tests.
 //
-//   rrdma_control_flood connections SOCKET COUNT HOLD_MS
+//   rrdma_control_flood connections SOCKET COUNT
 //     opens up to COUNT connections (non-blocking connects, retried while the backlog is
-//     full, for at most 10 s), prints "opened N", holds them HOLD_MS, then prints
-//     "alive M" (those the daemon has not closed) and exits, closing them all.
+//     full, for at most 10 s), prints "opened N", holds them until stdin reaches its end
+//     (the test decides when, no timing assumed), then prints "alive M" (those the daemon
+//     has not closed) and exits, closing them all.
 //   rrdma_control_flood requests SOCKET COUNT
 //     sends COUNT bad admin requests (each starts with '{', which makes it admin JSON
 //     rather than a verbs frame: invalid JSON, unknown commands, a number as "cmd", no
@@ -84,7 +85,13 @@ bool closed_by_peer(int fd) {
   return ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-int flood_connections(const char* path, long count, long hold_ms) {
+void wait_for_end_of_stdin() {
+  char buffer[64];
+  while (::read(STDIN_FILENO, buffer, sizeof(buffer)) > 0) {
+  }
+}
+
+int flood_connections(const char* path, long count) {
   raise_own_fd_limit();
   const sockaddr_un address = address_of(path);
   const auto deadline = Clock::now() + 10s;
@@ -98,7 +105,7 @@ int flood_connections(const char* path, long count, long hold_ms) {
   if (hard && fds.empty()) return 1;
   std::printf("opened %zu\n", fds.size());
   std::fflush(stdout);
-  std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+  wait_for_end_of_stdin();
   std::size_t alive = 0;
   for (int fd : fds) alive += closed_by_peer(fd) ? 0 : 1;
   std::printf("alive %zu\n", alive);
@@ -152,14 +159,14 @@ int flood_requests(const char* path, long count) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  long count = 0, hold = 0;
+  long count = 0;
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "connections" && argc == 5 && parse_count(argv[3], count) && parse_count(argv[4], hold)) {
-    return flood_connections(argv[2], count, hold);
+  if (mode == "connections" && argc == 4 && parse_count(argv[3], count)) {
+    return flood_connections(argv[2], count);
   }
   if (mode == "requests" && argc == 4 && parse_count(argv[3], count)) {
     return flood_requests(argv[2], count);
   }
-  std::fprintf(stderr, "usage: %s connections SOCKET COUNT HOLD_MS | requests SOCKET COUNT\n", argv[0]);
+  std::fprintf(stderr, "usage: %s connections SOCKET COUNT | requests SOCKET COUNT\n", argv[0]);
   return 2;
 }
