@@ -53,7 +53,9 @@ std::optional<fs::path> library_dir() {
 std::string check_device(const std::string& name) {
   if (name.empty()) return {};
   if (!vnic::is_valid_interface_name(name)) return "'" + name + "' is not a vnic name";
-  switch (vnic::assess(vnic::observe(name))) {
+  const vnic::Observation observation = vnic::observe(name);
+  if (observation.socket_denied) return vnic::socket_denied_message(name);
+  switch (vnic::assess(observation)) {
     case vnic::Liveness::kRunning: return {};
     case vnic::Liveness::kStarting: return "vnic " + name + " is not answering yet";
     case vnic::Liveness::kStale: return "vnic " + name + " is not running (its daemon died; `rrdma-vnic down " + name + "` cleans up)";

@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   up->add_flag("--create-bridge", up_args.create_bridge, "Create BR if it does not exist (removed again by `down`)")->needs(bridge);
   up->add_option("--uplink", up_args.uplink, "Interface to add to BR as well, e.g. a physical NIC")->needs(bridge);
   up->add_option("--gateway", up_args.gateway, "Default gateway for addresses outside the subnet");
-  up->add_option("--group", up_args.group, "Members of GROUP may use the NIC (control socket 0660 root:GROUP; default root only)");
+  up->add_option("--group", up_args.group, "Members of GROUP may use the NIC and read status and stats (control socket 0660 root:GROUP; default root only); down, capture and trace stay root's");
   up->add_flag("--foreground", foreground, "Stay in the foreground, log to stderr; SIGINT/SIGTERM stop it");
 
   std::string name;

@@ -18,7 +18,7 @@ constexpr const char* kStatsFooter = R"(Examples:
   rrdma-vnic stats rv0
   rrdma-vnic stats rv0 --json | jq '.roce_opcodes'
   rrdma-vnic stats rv0 --watch        # once a second until Ctrl-C
-Layers: ethernet, arp, ipv4, icmp, udp, daemon, roce, engine, verbs, dma, capture, trace;
+Layers: ethernet, arp, ipv4, icmp, udp, daemon, roce, engine, verbs, dma, capture, trace, control;
 roce_opcodes (packets and payload bytes by BTH opcode, both directions), roce_acks (ACKs,
 RNR NAKs, NAKs by syndrome, from the AETH on the wire), roce_decisions,
 roce_retransmissions (by reason), roce_drops (by reason), and qps (the same per local QP).)";

@@ -47,7 +47,10 @@ int connect_to(const std::string& vnic, std::string& error) {
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
   const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    error = "cannot reach vnic " + vnic + ": " + std::strerror(errno) + " (is it up?)";
+    const int failure = errno;
+    error = failure == EACCES || failure == EPERM
+                ? vnic::socket_denied_message(vnic)
+                : "cannot reach vnic " + vnic + ": " + std::strerror(failure) + " (is it up?)";
     if (fd >= 0) ::close(fd);
     return -1;
   }

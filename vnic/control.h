@@ -7,6 +7,9 @@
 //     with memfds and eventfds as SCM_RIGHTS. Each connection is one verbs client (SO_PEERCRED
 //     says who); a frame that does not parse ends the connection, and so does closing it:
 //     the VerbsHooks tear its resources down.
+// Who may send what is decided with SO_PEERCRED (vnic/control_limits.h): root anything, a
+// member of the group verbs frames, status and stats. A reply too large for one message
+// is sent in chunks that ControlClient reassembles.
 #pragma once
 
 #include <sys/types.h>
@@ -15,12 +18,14 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "verbs/control_protocol.h"
+#include "vnic/control_limits.h"
 #include "vnic/event_loop.h"
 
 namespace rrdma::vnic {
@@ -55,7 +60,29 @@ struct ControlServerCounters {
   std::uint64_t admin_requests = 0;
   std::uint64_t verbs_requests = 0;
   std::uint64_t verbs_bad_frames = 0;   // connection dropped
-  std::uint64_t connections = 0;
+  std::uint64_t connections = 0;        // accepted and kept
+  std::uint64_t connections_open = 0;   // now (a gauge)
+  std::uint64_t refused_per_uid_limit = 0;  // closed at once: its uid held the maximum
+  std::uint64_t accept_fd_exhausted = 0;    // accept() failed with EMFILE or ENFILE
+  std::uint64_t connections_shed = 0;       // accepted on the reserve descriptor and closed
+  std::uint64_t evicted_for_root = 0;       // a member's newest connection closed to admit root
+  std::uint64_t accept_errors = 0;          // any other accept() failure
+  std::uint64_t accept_paused = 0;          // accepting rests until the retry timer
+  std::uint64_t commands_refused = 0;       // admin commands the peer may not run
+  std::uint64_t replies_chunked = 0;
+  std::uint64_t reply_send_errors = 0;      // connection dropped
+  std::uint64_t log_lines_suppressed = 0;
+};
+
+struct ControlServerLimits {
+  // Connections one non-root uid may hold at once (root: no limit). Each holds a
+  // descriptor of the daemon; a verbs client needs one, a CLI command one at a time.
+  std::size_t connections_per_uid = 256;
+  // Request lines in the daemon's log: a burst, then so many a second.
+  unsigned log_burst = 20;
+  unsigned log_lines_per_second = 5;
+  // How long accepting rests when even the reserve descriptor could not be had again.
+  Duration accept_retry = std::chrono::milliseconds(100);
 };
 
 class ControlServer {
@@ -63,13 +90,15 @@ class ControlServer {
   // Binds and listens at `path` (replacing a stale socket file) and watches it on `loop`.
   // The socket is mode 0660; with `group` its group is that gid (its members may connect).
   ControlServer(std::filesystem::path path, EventLoop& loop, RequestHandler handler,
-                std::optional<VerbsHooks> verbs = std::nullopt, std::optional<gid_t> group = std::nullopt);
+                std::optional<VerbsHooks> verbs = std::nullopt, std::optional<gid_t> group = std::nullopt,
+                ControlServerLimits limits = {});
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
 
   std::uint64_t requests() const { return requests_; }
   const ControlServerCounters& counters() const { return counters_; }
+  std::vector<std::pair<std::string_view, std::uint64_t>> named_counters() const;
 
   // An admin request {"cmd": cmd, ...} that turns its connection into a stream (capture,
   // trace): the server stops watching the connection and hands its fd to `take`, which
@@ -88,19 +117,37 @@ class ControlServer {
     bool verbs_client = false;
   };
 
+  enum class ReserveOutcome { kAccepted, kDrained, kRest };
   void accept_clients();
+  ReserveOutcome accept_on_reserve();
+  void admit(int fd);
+  std::optional<int> newest_member_connection() const;
+  void pause_accepting(Instant now);
   void serve(int fd);
   bool serve_admin(int fd);
   bool serve_verbs(int fd);
-  bool hand_over_stream(int fd, std::string_view message);
+  bool hand_over_stream(int fd, const nlohmann::json& request, std::string_view cmd);
+  bool send_reply(int fd, const nlohmann::json& reply);
+  void log_request(const PeerCredentials& peer, std::string_view message);
+  void log_limited(const std::string& line);
+  void forget(int fd);
   void drop(int fd);
 
   std::filesystem::path path_;
   EventLoop& loop_;
   RequestHandler handler_;
   std::optional<VerbsHooks> verbs_;
+  ControlServerLimits limits_;
   int listen_fd_ = -1;
+  // /dev/null, held so that at EMFILE one descriptor can be freed to accept (and close)
+  // a waiting connection: a listener whose backlog is never drained is never woken again.
+  int reserve_fd_ = -1;
+  std::optional<Instant> accept_retry_at_;
+  // The retry timer source outlives the server in the loop; it checks this first.
+  std::shared_ptr<ControlServer*> alive_;
+  LogRateLimiter log_limiter_;
   std::map<int, Connection> clients_;
+  std::map<uid_t, std::size_t> connections_of_uid_;
   std::map<std::string, StreamHandler, std::less<>> stream_commands_;
   std::uint64_t next_client_id_ = 1;
   std::uint64_t requests_ = 0;

@@ -491,6 +491,7 @@ nlohmann::json Daemon::handle(const nlohmann::json& request, const PeerCredentia
     add_layer(stats, "verbs", named(nic_->counters()));
     add_layer(stats, "dma", named(nic_->dma_counters()));
     add_layer(stats, "capture", named(capture_->counters()));
+    add_layer(stats, "control", control_->named_counters());
     telemetry_->add_stats(stats);
     return stats;
   }
@@ -737,6 +738,7 @@ Outcome clean_stale_by_command(const std::string& name) {
 }
 
 std::string not_running(const std::string& name, const Observation& observation) {
+  if (observation.socket_denied) return socket_denied_message(name);
   switch (assess(observation)) {
     case Liveness::kAbsent: return "no vnic named " + name;
     case Liveness::kStarting: return "vnic " + name + " is starting or not answering";
@@ -850,7 +852,10 @@ Listing list_vnics() {
         }
         break;
       }
-      case Liveness::kStarting: listing.notes.push_back(name + ": starting or not answering"); break;
+      case Liveness::kStarting:
+        listing.notes.push_back(observation.socket_denied ? socket_denied_message(name)
+                                                          : name + ": starting or not answering");
+        break;
       case Liveness::kStale: listing.notes.push_back(not_running(name, observation)); break;
       case Liveness::kAbsent: break;
     }

@@ -34,22 +34,28 @@ bool lock_is_held(const std::filesystem::path& path) {
   return held;
 }
 
-bool socket_answers(const std::filesystem::path& path) {
+struct SocketProbe {
+  bool answers = false;
+  bool denied = false;
+};
+
+SocketProbe probe_socket(const std::filesystem::path& path) {
   const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
+  if (fd < 0) return {};
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   const std::string text = path.string();
   if (text.size() >= sizeof(addr.sun_path)) {
     ::close(fd);
-    return false;
+    return {};
   }
   std::memcpy(addr.sun_path, text.c_str(), text.size() + 1);
   // EAGAIN means a full accept backlog: a live but busy listener.
+  // EACCES: the socket's mode or group keeps us out (a live daemon, all the same).
   const int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
-  const bool answers = rc == 0 || errno == EAGAIN;
+  const int error = rc == 0 ? 0 : errno;
   ::close(fd);
-  return answers;
+  return {rc == 0 || error == EAGAIN, error == EACCES || error == EPERM};
 }
 
 bool same_inode(int fd, const std::filesystem::path& path) {
@@ -86,9 +92,17 @@ Observation observe(const std::string& name) {
     observation.any_file_present |= std::filesystem::exists(path, ec);
   }
   observation.lock_held = lock_is_held(paths.pid_file);
-  observation.socket_answers = socket_answers(paths.socket);
+  const SocketProbe probe = probe_socket(paths.socket);
+  observation.socket_answers = probe.answers;
+  observation.socket_denied = probe.denied;
   observation.recorded_pid = read_pid_file(paths.pid_file);
   return observation;
+}
+
+std::string socket_denied_message(const std::string& name) {
+  return "permission denied on " + RuntimePaths::of(name).socket.string() +
+         ": the vnic lets only root and the members of its group in (root starts it with "
+         "`rrdma-vnic up --group GROUP ...`; add yourself to GROUP, or run this as root)";
 }
 
 std::optional<PidFileLock> PidFileLock::acquire(const std::filesystem::path& path) {

@@ -33,6 +33,7 @@ struct Observation {
   bool lock_held = false;        // someone holds the pid file's lock
   bool any_file_present = false; // pid, socket or state file exists
   bool socket_answers = false;   // a connect() to NAME.sock succeeded
+  bool socket_denied = false;    // connect() failed with EACCES: we may not use it
   std::optional<pid_t> recorded_pid;
 };
 
@@ -48,6 +49,10 @@ enum class Liveness {
 Liveness assess(const Observation& observation);
 
 Observation observe(const std::string& name);
+
+// What to tell a user whose connect() to NAME.sock failed with EACCES (or EPERM), and how
+// to get access.
+std::string socket_denied_message(const std::string& name);
 
 // The pid file, locked for the life of the daemon (OFD lock: released by the kernel
 // when the process dies, however it dies).
