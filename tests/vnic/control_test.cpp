@@ -131,12 +131,10 @@ TEST_CASE("control server: verbs frames reach the verbs hooks with their fds and
     char buffer[512] = {};
     const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
     admin_reply = json::parse(std::string_view(buffer, n > 0 ? static_cast<std::size_t>(n) : 0), nullptr, false);
-    const int a = ::eventfd(0, EFD_CLOEXEC);
-    const int b = ::eventfd(0, EFD_CLOEXEC);
-    const int pair[2] = {a, b};
-    vc::send_message(fd, vc::make_request(vc::MessageType::OpenDevice, 9), pair);
-    ::close(a);
-    ::close(b);
+    // open_device carries three fds (the hooks here do not look at them).
+    const int fds[3] = {::eventfd(0, EFD_CLOEXEC), ::eventfd(0, EFD_CLOEXEC), ::eventfd(0, EFD_CLOEXEC)};
+    vc::send_message(fd, vc::make_request(vc::MessageType::OpenDevice, 9), fds);
+    for (const int sent : fds) ::close(sent);
     vc::Received received;
     do {
       received = vc::receive_message(fd);
@@ -153,7 +151,7 @@ TEST_CASE("control server: verbs frames reach the verbs hooks with their fds and
   CHECK(verbs_reply.wire_type == vc::reply_type(vc::MessageType::OpenDevice));
   CHECK(verbs_reply.request_id == 9);
   CHECK(verbs_reply.words.at(vc::field::kContextHandle) == 77);
-  CHECK(fds_seen == std::vector<std::size_t>{2});
+  CHECK(fds_seen == std::vector<std::size_t>{3});
   CHECK(closed_after_garbage);
   REQUIRE(connected.size() == 1);
   CHECK(disconnected == connected);

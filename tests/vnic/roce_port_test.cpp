@@ -149,11 +149,14 @@ TEST_CASE("roce port: a corrupted frame is counted as a bad ICRC and dropped and
   CHECK(s.b.port.counters().rx_bad_icrc == 1);
   CHECK(target[0] == 0);
   CHECK(s.qa->poll().empty());
-  // The requester's retransmission timer brings it through.
-  const auto deadline = s.a.nic.next_deadline();
-  REQUIRE(deadline);
-  s.a.nic.advance(*deadline);
-  exchange(s.a, s.b);
+  // The requester's retransmission timer brings it through (the Nic's other deadline, its
+  // once-a-second look at its clients' address spaces, may come first).
+  for (int step = 0; step < 4 && target[0] != 0xAB; ++step) {
+    const auto deadline = s.a.nic.next_deadline();
+    REQUIRE(deadline);
+    s.a.nic.advance(*deadline);
+    exchange(s.a, s.b);
+  }
   CHECK(target[0] == 0xAB);
   const auto cqes = s.qa->poll();
   REQUIRE(cqes.size() == 1);
