@@ -25,8 +25,11 @@ TEST_CASE("status JSON has exactly the documented fields and types", "[vnic][rep
   stack::ArpEntry neighbour{*stack::Ipv4Address::parse("10.66.0.20"),
                             *stack::MacAddress::parse("02:11:22:33:44:55"), std::chrono::milliseconds(7500)};
   const json status = status_json(StatusReport{config, 4242, std::chrono::seconds(90), {neighbour}});
-  CHECK(status.size() == 10);
+  CHECK(status.size() == 13);
   CHECK(status["processes"] == json::array());
+  CHECK(status["descriptors"].is_object());
+  CHECK(status["quotas"].is_object());
+  CHECK(status["quota_use"] == json::array());
   CHECK(status["name"] == "rv0");
   CHECK(status["mac"] == "02:00:00:aa:bb:cc");
   CHECK(status["ip"] == "10.66.0.10/24");
