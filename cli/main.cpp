@@ -1,4 +1,5 @@
 // rrdma-vnic: parses the command line and calls vnic/'s API; nothing else lives here.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -42,6 +43,19 @@ The vnic is a host behind the TAP: it has its own MAC and the IP address; the ke
 side of the TAP gets neither an address nor the vnic's MAC and is only a bridge port.
 Needs CAP_NET_ADMIN. State lives in /run/rrdma/NAME.{pid,sock,state,log}.)";
 
+// Digits (and, with a unit, a size suffix after them). CLI11 alone would wrap "-3" into a
+// huge unsigned number, and its own range check prints its limits as doubles.
+CLI::Validator whole_number(bool unit_allowed) {
+  return CLI::Validator(
+      [unit_allowed](std::string& text) -> std::string {
+        const auto digits = std::find_if_not(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (digits != text.begin() && (digits == text.end() || unit_allowed)) return {};
+        return "expected a whole number" + std::string(unit_allowed ? " of bytes (a unit may follow)" : "") +
+               ", got '" + text + "'";
+      },
+      "");
+}
+
 // --max-KIND-per-process: left out, the daemon derives each from its descriptor limit, so
 // that no process can take more than a quarter of what it has (`status` shows the numbers).
 void add_quota_options(CLI::App& up, rrdma::vnic::QuotaOverrides& quotas) {
@@ -49,11 +63,13 @@ void add_quota_options(CLI::App& up, rrdma::vnic::QuotaOverrides& quotas) {
   for (const auto& option : rrdma::vnic::quota_options()) {
     up.add_option(option.flag, quotas.of(option.kind),
                   std::string("Most ") + option.objects + " one process may hold at once, 1.." + std::to_string(option.max))
+        ->check(whole_number(false))
         ->group(kGroup);
   }
   up.add_option(rrdma::vnic::kRingBytesFlag, quotas.ring_bytes,
                 "Most bytes of queue rings (shared memory the daemon maps) one process may hold, e.g. 512MiB, 1GiB")
       ->transform(CLI::AsSizeValue(false))
+      ->transform(whole_number(true))  // transforms run newest first: this one before the unit's
       ->group(kGroup);
 }
 
