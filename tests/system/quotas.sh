@@ -81,8 +81,10 @@ log "descriptor limit $LIMIT, reserve $RESERVED, quota $QP_QUOTA QPs and $CQ_QUO
   fail_case "default QP quota $QP_QUOTA does not keep 3 x QPs within a quarter of $LIMIT - $RESERVED descriptors"
 log "$(host "$RRDMA_VNIC" status "$VNIC" | grep -E '^(descriptors|quotas)')"
 
-# --- 2. a hog asks for more QPs than the daemon has descriptors for
-HOG_WANTS=$(( LIMIT / 3 + 100 ))
+# --- 2. a hog asks for more QPs than the daemon has descriptors for (the daemon inherits
+# our hard limit and raises its soft limit to it; counted from that, not from `status`, so
+# that a daemon without quotas is put to the same test)
+HOG_WANTS=$(( $(ulimit -Hn) / 3 + 100 ))
 log "hog: up to $HOG_WANTS RC QPs on $VNIC"
 start_hog "$VNIC" "$HOG_WANTS" hog
 if wait_hog hog; then
