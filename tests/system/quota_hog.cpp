@@ -2,8 +2,12 @@
 //
 //   rrdma_quota_hog --dev NAME hog --limit N --ready FILE
 //     One context, PD and CQ, then RC QPs until create_qp is refused or N exist. Prints
-//     "created C" and "refused ERRNO NAME" (or "refused none"), writes FILE, and holds
-//     everything until it is killed.
+//     "created C" and "refused ERRNO NAME" (or "refused none"). When the refusal was not
+//     ENOMEM (a daemon without quotas ran out of descriptors: EIO when it dropped the
+//     connection, ETIMEDOUT when it stopped answering; closing the connection gives
+//     everything back), it opens the device again and takes C - 1 QPs, as a program
+//     that learnt the limit would: "held H". Writes FILE, and holds everything until it is
+//     killed.
 //   rrdma_quota_hog --dev NAME victim
 //     A PD, a CQ and two RC QPs connected to each other through the vnic (loopback), one
 //     4 KiB RDMA WRITE, the bytes compared. Prints "victim ok", or the failed step and its
@@ -14,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,28 +47,48 @@ const char* errno_name(int error) {
   }
 }
 
-int hog(const std::string& dev, long limit, const std::string& ready_file) {
+// One device, PD and CQ, and as many RC QPs as it could get (up to `limit`).
+struct Holding {
+  v::Context context;
+  v::ProtectionDomain pd;
+  v::CompletionQueue cq;
+  std::vector<v::QueuePair> qps;
+  int refusal = 0;  // the errno that stopped it, 0 if it reached the limit
+};
+
+std::unique_ptr<Holding> take_qps(const std::string& dev, long limit) {
   v::Context context = v::Context::open(dev);
   v::ProtectionDomain pd = context.alloc_pd();
   v::CompletionQueue cq = context.create_cq(16);
-  std::vector<v::QueuePair> qps;
-  int refusal = 0;
+  auto held = std::make_unique<Holding>(Holding{std::move(context), std::move(pd), std::move(cq), {}, 0});
   // Small queues: the quota under test is the number of QPs, not ring bytes.
   const v::QpCapabilities caps{.max_send_wr = 1, .max_recv_wr = 1};
-  while (static_cast<long>(qps.size()) < limit) {
+  while (static_cast<long>(held->qps.size()) < limit) {
     try {
-      qps.push_back(pd.create_qp(v::QpType::Rc, cq, caps));
+      held->qps.push_back(held->pd.create_qp(v::QpType::Rc, held->cq, caps));
     } catch (const v::Error& error) {
-      refusal = error.error_number();
+      held->refusal = error.error_number();
       std::printf("message %s\n", error.what());
       break;
     }
   }
-  std::printf("created %zu\n", qps.size());
+  return held;
+}
+
+int hog(const std::string& dev, long limit, const std::string& ready_file) {
+  std::unique_ptr<Holding> held = take_qps(dev, limit);
+  const int refusal = held->refusal;
+  const std::size_t created = held->qps.size();
+  std::printf("created %zu\n", created);
   std::printf("refused %s%s\n", refusal == 0 ? "none" : std::to_string(refusal).c_str(),
               refusal == 0 ? "" : (std::string(" ") + errno_name(refusal)).c_str());
+  if (refusal != 0 && refusal != ENOMEM && created > 1) {
+    held.reset();  // closes the broken connection: the daemon frees what it held
+    held = take_qps(dev, static_cast<long>(created) - 1);
+    std::printf("held %zu\n", held->qps.size());
+  }
   std::fflush(stdout);
-  std::ofstream(ready_file) << qps.size() << "\n";
+  std::ofstream(ready_file) << held->qps.size() << "\n";
   for (;;) ::pause();  // hold everything until the test kills us
 }
 
