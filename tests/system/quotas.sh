@@ -18,6 +18,10 @@ init_test q
 require_system
 [[ -n "${RRDMA_QUOTA_HOG:-}" && -x "$RRDMA_QUOTA_HOG" ]] || fail "RRDMA_QUOTA_HOG is not an executable: '${RRDMA_QUOTA_HOG:-}'"
 KEEP_GOING=1
+HOG_PID=""
+# The hog holds its QPs until killed: stop it (by its pid) before lib.sh's cleanup, on
+# failure too. `(exit $rc)` hands cleanup the test's exit status.
+trap 'rc=$?; stop_hog; (exit $rc); cleanup' EXIT
 
 BR="${PREFIX}b"
 VNIC="${PREFIX}v"
@@ -60,8 +64,10 @@ wait_hog() {
 }
 
 stop_hog() {
+  [[ -n "$HOG_PID" ]] || return 0
   kill -9 "$HOG_PID" 2>/dev/null
   wait "$HOG_PID" 2>/dev/null
+  HOG_PID=""
   return 0
 }
 
