@@ -219,8 +219,8 @@ class Daemon {
   void attach_bridge_and_uplink();
   void create_tap();
   void start_loop();
-  void start_nic();
-  verbs::Quotas choose_quotas();
+  void start_nic(std::vector<std::string>& notes);
+  verbs::Quotas choose_quotas(std::vector<std::string>& notes);
   void watch_link();
   void on_link_messages(Instant now);
   void start_control();
@@ -264,7 +264,7 @@ Daemon::Daemon(const VnicConfig& config, PidFileLock lock, std::vector<std::stri
     attach_bridge_and_uplink();
     create_tap();
     start_loop();
-    start_nic();
+    start_nic(notes);
     watch_link();
     watch_signals();
     start_control();
@@ -384,7 +384,7 @@ std::uint64_t physical_memory() {
 
 // The verbs device on UDP 4791. Its timers (retransmission, RNR waits) and the work it
 // defers run as a timer source of the loop.
-void Daemon::start_nic() {
+void Daemon::start_nic(std::vector<std::string>& notes) {
   descriptors_ = raise_fd_limit();
   watcher_.attach(*loop_);
   roce_.emplace(*interface_);
@@ -393,7 +393,7 @@ void Daemon::start_nic() {
   nic_config.mac = config_.mac;
   nic_config.netdev_mtu = config_.mtu;
   nic_config.frame_memory = loop_->receive_memory();
-  nic_config.quotas = choose_quotas();
+  nic_config.quotas = choose_quotas(notes);
   nic_.emplace(nic_config, *roce_, watcher_);
   loop_->on_frames_done([this] {
     if (nic_) nic_->end_of_frames();
@@ -422,9 +422,9 @@ void Daemon::start_nic() {
 }
 
 // What `up` set, the rest derived from the descriptor limit the daemon got. A quota the
-// limit cannot honour is kept (the operator asked for it) but logged: such a process would
-// meet the daemon's own EMFILE before its quota.
-verbs::Quotas Daemon::choose_quotas() {
+// limit cannot honour is kept (the operator asked for it) but noted (`up` prints the notes
+// and the log keeps them): such a process would meet the daemon's EMFILE before its quota.
+verbs::Quotas Daemon::choose_quotas(std::vector<std::string>& notes) {
   const verbs::DeviceLimits device{.max_qp = verbs::caps::kMaxQp,
                                    .max_cq = verbs::caps::kMaxCq,
                                    .max_srq = verbs::caps::kMaxSrq,
@@ -439,9 +439,10 @@ verbs::Quotas Daemon::choose_quotas() {
     summary += " " + std::to_string(quotas.of(kind)) + " " + verbs::resource_kind_name(kind) + "s,";
     const std::uint64_t needed = quotas.of(kind) * verbs::descriptors_per(kind);
     if (needed > usable) {
-      log_line("quota of " + std::to_string(quotas.of(kind)) + " " + verbs::resource_kind_name(kind) +
-               "s per process needs " + std::to_string(needed) + " descriptors; the daemon has " +
-               std::to_string(usable) + " besides its reserve (RLIMIT_NOFILE " + std::to_string(descriptors_.limit) + ")");
+      notes.push_back("quota of " + std::to_string(quotas.of(kind)) + " " + verbs::resource_kind_name(kind) +
+                      "s per process needs " + std::to_string(needed) + " descriptors; the daemon has " +
+                      std::to_string(usable) + " besides its reserve (RLIMIT_NOFILE " +
+                      std::to_string(descriptors_.limit) + ")");
     }
   }
   log_line("descriptor limit " + std::to_string(descriptors_.limit) + " (hard " + std::to_string(descriptors_.hard_limit) +
