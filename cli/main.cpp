@@ -1,4 +1,5 @@
 // rrdma-vnic: parses the command line and calls vnic/'s API; nothing else lives here.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -36,9 +37,41 @@ constexpr const char* kUpExamples = R"(Examples:
   rrdma-vnic up --name rv0 --ip 192.168.7.20/24 --bridge br0 --uplink eth1 --gateway 192.168.7.1
   # jumbo frames, a fixed MAC, in the foreground (Ctrl-C stops it)
   rrdma-vnic up --name rv1 --ip 10.66.0.11/24 --mtu 9000 --mac 02:00:00:00:00:11 --foreground
+  # one program may hold up to 5000 QPs (each costs the daemon 3 descriptors)
+  rrdma-vnic up --name rv2 --ip 10.66.0.12/24 --max-qps-per-process 5000
 The vnic is a host behind the TAP: it has its own MAC and the IP address; the kernel's
 side of the TAP gets neither an address nor the vnic's MAC and is only a bridge port.
 Needs CAP_NET_ADMIN. State lives in /run/rrdma/NAME.{pid,sock,state,log}.)";
+
+// Digits (and, with a unit, a size suffix after them). CLI11 alone would wrap "-3" into a
+// huge unsigned number, and its own range check prints its limits as doubles.
+CLI::Validator whole_number(bool unit_allowed) {
+  return CLI::Validator(
+      [unit_allowed](std::string& text) -> std::string {
+        const auto digits = std::find_if_not(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (digits != text.begin() && (digits == text.end() || unit_allowed)) return {};
+        return "expected a whole number" + std::string(unit_allowed ? " of bytes (a unit may follow)" : "") +
+               ", got '" + text + "'";
+      },
+      "");
+}
+
+// --max-KIND-per-process: left out, the daemon derives each from its descriptor limit, so
+// that no process can take more than a quarter of what it has (`status` shows the numbers).
+void add_quota_options(CLI::App& up, rrdma::vnic::QuotaOverrides& quotas) {
+  constexpr const char* kGroup = "Quotas per process (default: derived from the daemon's descriptor limit; see `status`)";
+  for (const auto& option : rrdma::vnic::quota_options()) {
+    up.add_option(option.flag, quotas.of(option.kind),
+                  std::string("Most ") + option.objects + " one process may hold at once, 1.." + std::to_string(option.max))
+        ->check(whole_number(false))
+        ->group(kGroup);
+  }
+  up.add_option(rrdma::vnic::kRingBytesFlag, quotas.ring_bytes,
+                "Most bytes of queue rings (shared memory the daemon maps) one process may hold, e.g. 512MiB, 1GiB")
+      ->transform(CLI::AsSizeValue(false))
+      ->transform(whole_number(true))  // transforms run newest first: this one before the unit's
+      ->group(kGroup);
+}
 
 int finish(const Outcome& outcome) {
   for (const auto& note : outcome.notes) std::cerr << "rrdma-vnic: " << note << "\n";
@@ -108,6 +141,7 @@ int main(int argc, char** argv) {
   up->add_option("--gateway", up_args.gateway, "Default gateway for addresses outside the subnet");
   up->add_option("--group", up_args.group, "Members of GROUP may use the NIC and read status and stats (control socket 0660 root:GROUP; default root only); down, capture and trace stay root's");
   up->add_flag("--foreground", foreground, "Stay in the foreground, log to stderr; SIGINT/SIGTERM stop it");
+  add_quota_options(*up, up_args.quotas);
 
   std::string name;
   bool json = false;

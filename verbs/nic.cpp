@@ -86,6 +86,9 @@ std::unique_ptr<End> adopt_ring(control::ReceivedFds& fds, std::size_t index, Ri
 
 ibv_qp_state to_ibv(rocev2::QpState state) { return static_cast<ibv_qp_state>(state); }
 
+// What a ring of this geometry costs the daemon: the pages it maps (the ring quota's unit).
+std::uint64_t mapped_bytes(const RingGeometry& geometry) { return SharedRegion::mapped_size(geometry.region_size()); }
+
 }  // namespace
 
 Nic::Nic(const NicConfig& config, PacketPort& port, FdWatcher& watcher)
@@ -102,6 +105,7 @@ Nic::Nic(const NicConfig& config, PacketPort& port, FdWatcher& watcher)
     engine_.hold_acks(true);
     batched_frames_ = true;
   }
+  registry_.set_quotas(config.quotas);
 }
 
 Nic::~Nic() {
@@ -284,13 +288,17 @@ bool Nic::owns_context(std::uint64_t client, std::uint64_t handle) const {
 
 Message Nic::open_device(std::uint64_t client, const Message& m, control::ReceivedFds& fds) {
   if (m.words[field::kAbiVersion] != control::kVersion) return reply(m, EPROTONOSUPPORT);
+  const RingGeometry geometry{kEventRingEntries, sizeof(AsyncEventEntry)};
+  if (const int error = registry_.admit(client, ResourceKind::Context, mapped_bytes(geometry)); error != 0) {
+    return reply(m, static_cast<std::uint64_t>(error));
+  }
   auto context = std::make_unique<Context>();
-  context->events = adopt_ring<RingProducer>(fds, 0, {kEventRingEntries, sizeof(AsyncEventEntry)},
-                                             m.words[field::kEventRingBytes], context->region);
+  context->events =
+      adopt_ring<RingProducer>(fds, 0, geometry, m.words[field::kEventRingBytes], context->region);
   context->event_fd = Doorbell::adopt_keeping_mode(fds.release(1));
   if (!context->events || !context->event_fd.valid()) return reply(m, EINVAL);
   if (!is_memory_handle(fds.at(2))) return reply(m, EINVAL);
-  const Created created = registry_.open_context(client);
+  const Created created = registry_.open_context(client, mapped_bytes(geometry));
   if (!created.ok()) return reply(m, static_cast<std::uint64_t>(created.error));
   context->handle = created.handle;
   context->client = client;
@@ -394,6 +402,9 @@ Message Nic::reg_mr(std::uint64_t client, const Message& m) {
   if (request.length > caps::kMaxMrSize) return reply(m, EINVAL);
   const auto memory = client_memory_.find(client);
   if (memory == client_memory_.end()) return reply(m, EINVAL);
+  if (const int error = registry_.admit(client, ResourceKind::Mr, 0); error != 0) {
+    return reply(m, static_cast<std::uint64_t>(error));
+  }
   const RegisterResult result = mrs_.register_mr(Client{client, memory->second}, request);
   if (!result.ok()) return reply(m, static_cast<std::uint64_t>(result.error));
   if (const int error = registry_.add_mr(client, static_cast<Handle>(pd), result.lkey); error != 0) {
@@ -426,11 +437,15 @@ Message Nic::create_cq(std::uint64_t client, const Message& m, control::Received
     return reply(m, EINVAL);
   }
   if (cqs_.size() >= caps::kMaxCq) return reply(m, ENOMEM);
+  const RingGeometry geometry{capacity, sizeof(Cqe)};
+  if (const int error = registry_.admit(client, ResourceKind::Cq, mapped_bytes(geometry)); error != 0) {
+    return reply(m, static_cast<std::uint64_t>(error));
+  }
   auto cq = std::make_unique<Cq>();
-  cq->ring = adopt_ring<RingProducer>(fds, 0, {capacity, sizeof(Cqe)}, m.words[field::kCqRingBytes], cq->region);
+  cq->ring = adopt_ring<RingProducer>(fds, 0, geometry, m.words[field::kCqRingBytes], cq->region);
   cq->notify = Doorbell::adopt_keeping_mode(fds.release(1));
   if (!cq->ring || !cq->notify.valid()) return reply(m, EINVAL);
-  const Created created = registry_.create_cq(client, static_cast<Handle>(context));
+  const Created created = registry_.create_cq(client, static_cast<Handle>(context), mapped_bytes(geometry));
   if (!created.ok()) return reply(m, static_cast<std::uint64_t>(created.error));
   cq->handle = created.handle;
   cq->client = client;
@@ -467,6 +482,10 @@ Message Nic::resize_cq(std::uint64_t client, const Message& m, control::Received
   if (!ring) return reply(m, EINVAL);
   RingConsumer old(cq.region.bytes(), {cq.ring->capacity(), sizeof(Cqe)});
   if (old.error() != RingError::None || old.available() > capacity) return reply(m, EINVAL);
+  // Last of the checks: from here the CQ has its new ring, and its quota counts that size.
+  if (const int error = registry_.resize_cq(client, cq.handle, region.size()); error != 0) {
+    return reply(m, static_cast<std::uint64_t>(error));
+  }
   Cqe cqe{};
   while (old.try_pop_value(cqe) == PopResult::Popped) ring->try_push_value(cqe);
   ring->publish();
@@ -497,6 +516,12 @@ Message Nic::create_qp(std::uint64_t client, const Message& m, control::Received
     return reply(m, EINVAL);
   }
   if (qps_.size() >= caps::kMaxQp) return reply(m, ENOMEM);
+  const RingGeometry sq_geometry{sq_capacity, sizeof(SendWqe)};
+  const RingGeometry rq_geometry{rq_capacity, sizeof(RecvWqe)};
+  const std::uint64_t ring_bytes = mapped_bytes(sq_geometry) + mapped_bytes(rq_geometry);
+  if (const int error = registry_.admit(client, ResourceKind::Qp, ring_bytes); error != 0) {
+    return reply(m, static_cast<std::uint64_t>(error));
+  }
   auto qp = std::make_unique<Qp>();
   qp->client = client;
   qp->context = pd_it->second->context;
@@ -507,8 +532,8 @@ Message Nic::create_qp(std::uint64_t client, const Message& m, control::Received
   qp->max_send_sge = static_cast<std::uint32_t>(w[field::kQpMaxSendSge]);
   qp->max_recv_sge = static_cast<std::uint32_t>(w[field::kQpMaxRecvSge]);
   qp->max_inline = static_cast<std::uint32_t>(w[field::kQpMaxInline]);
-  qp->sq = adopt_ring<RingConsumer>(fds, 0, {sq_capacity, sizeof(SendWqe)}, w[field::kQpSqRingBytes], qp->sq_region);
-  qp->rq = adopt_ring<RingConsumer>(fds, 1, {rq_capacity, sizeof(RecvWqe)}, w[field::kQpRqRingBytes], qp->rq_region);
+  qp->sq = adopt_ring<RingConsumer>(fds, 0, sq_geometry, w[field::kQpSqRingBytes], qp->sq_region);
+  qp->rq = adopt_ring<RingConsumer>(fds, 1, rq_geometry, w[field::kQpRqRingBytes], qp->rq_region);
   qp->doorbell = Doorbell::adopt(fds.release(2));
   if (!qp->sq || !qp->rq || !qp->doorbell.valid()) return reply(m, EINVAL);
 
@@ -527,7 +552,8 @@ Message Nic::create_qp(std::uint64_t client, const Message& m, control::Received
   const auto qpn = engine_.create_qp(init);
   if (!qpn) return reply(m, ENOMEM);
   QpSpec spec{static_cast<Handle>(pd), qp->send_cq, qp->recv_cq,
-              srq != 0 ? std::optional<Handle>(static_cast<Handle>(srq)) : std::nullopt, qp->type, *qpn};
+              srq != 0 ? std::optional<Handle>(static_cast<Handle>(srq)) : std::nullopt, qp->type, *qpn,
+              ring_bytes};
   const Created created = registry_.create_qp(client, spec);
   if (!created.ok()) {
     engine_.destroy_qp(*qpn);
@@ -740,11 +766,15 @@ Message Nic::create_srq(std::uint64_t client, const Message& m, control::Receive
     return reply(m, EINVAL);
   }
   if (srqs_.size() >= caps::kMaxSrq) return reply(m, ENOMEM);
+  const RingGeometry geometry{capacity, sizeof(RecvWqe)};
+  if (const int error = registry_.admit(client, ResourceKind::Srq, mapped_bytes(geometry)); error != 0) {
+    return reply(m, static_cast<std::uint64_t>(error));
+  }
   auto srq = std::make_unique<Srq>();
-  srq->ring = adopt_ring<RingConsumer>(fds, 0, {capacity, sizeof(RecvWqe)}, w[field::kSrqRingBytes], srq->region);
+  srq->ring = adopt_ring<RingConsumer>(fds, 0, geometry, w[field::kSrqRingBytes], srq->region);
   srq->doorbell = Doorbell::adopt(fds.release(1));
   if (!srq->ring || !srq->doorbell.valid()) return reply(m, EINVAL);
-  const Created created = registry_.create_srq(client, static_cast<Handle>(pd));
+  const Created created = registry_.create_srq(client, static_cast<Handle>(pd), mapped_bytes(geometry));
   if (!created.ok()) return reply(m, static_cast<std::uint64_t>(created.error));
   Srq* raw = srq.get();
   srq->handle = created.handle;

@@ -71,6 +71,9 @@ struct NicConfig {
   // ACKs are coalesced per batch (Engine::hold_acks), and the caller calls end_of_frames()
   // after each batch, before that memory is reused.
   std::span<const std::uint8_t> frame_memory;
+  // What one process may hold (verbs/quotas.h); the daemon sets them from `up`'s options and
+  // its descriptor limit. Unlimited by default.
+  Quotas quotas;
 };
 
 // What `rrdma-vnic stats` shows under "verbs". Every refusal and every loss is counted.
@@ -134,6 +137,9 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   void set_link(bool up, Instant now);
 
   std::vector<ClientListing> listing();
+  const Quotas& quotas() const { return registry_.quotas(); }
+  std::vector<QuotaUse> quota_use() const { return registry_.quota_use(); }
+  const QuotaRefusals& quota_refusals() const { return registry_.quota_refusals(); }
   const NicCounters& counters() const { return counters_; }
   const rocev2::EngineCounters& engine_counters() const { return engine_.counters(); }
   const DmaCounters& dma_counters() const { return dma_.counters(); }

@@ -6,24 +6,58 @@
 
 namespace rrdma::verbs {
 
-const char* resource_kind_name(ResourceKind kind) {
-  switch (kind) {
-    case ResourceKind::Context: return "context";
-    case ResourceKind::Pd: return "pd";
-    case ResourceKind::Cq: return "cq";
-    case ResourceKind::Qp: return "qp";
-    case ResourceKind::Srq: return "srq";
-    case ResourceKind::Ah: return "ah";
-    case ResourceKind::Mr: return "mr";
-  }
-  return "unknown";
-}
-
 ResourceRegistry::ResourceRegistry(Handle first_handle)
     : next_handle_(first_handle == 0 ? 1 : first_handle) {}
 
 int ResourceRegistry::add_client(const ClientInfo& client) {
-  return clients_.emplace(client.id, client).second ? 0 : EEXIST;
+  if (!clients_.emplace(client.id, client).second) return EEXIST;
+  QuotaUse& use = use_[client.pid];
+  use.pid = client.pid;
+  use.uid = client.uid;
+  ++use.connections;
+  return 0;
+}
+
+ResourceRegistry::Exhausted ResourceRegistry::exhausted(std::uint64_t client_id, ResourceKind kind,
+                                                        std::uint64_t ring_bytes) const {
+  auto client = clients_.find(client_id);
+  if (client == clients_.end()) return Exhausted::Nothing;  // insert() answers ENOENT
+  const QuotaUse& use = use_.at(client->second.pid);
+  if (use.of(kind) >= quotas_.of(kind)) return Exhausted::Objects;
+  return over_ring_quota(use, ring_bytes) ? Exhausted::RingBytes : Exhausted::Nothing;
+}
+
+// Written so that nothing wraps, even when the quota was lowered below what is held.
+bool ResourceRegistry::over_ring_quota(const QuotaUse& use, std::uint64_t more_bytes) const {
+  return more_bytes > 0 &&
+         (use.ring_bytes > quotas_.ring_bytes || more_bytes > quotas_.ring_bytes - use.ring_bytes);
+}
+
+int ResourceRegistry::admit(std::uint64_t client_id, ResourceKind kind, std::uint64_t ring_bytes) {
+  switch (exhausted(client_id, kind, ring_bytes)) {
+    case Exhausted::Nothing: return 0;
+    case Exhausted::Objects: ++refusals_.of(kind); return ENOMEM;
+    case Exhausted::RingBytes: ++refusals_.ring_bytes; return ENOMEM;
+  }
+  return ENOMEM;
+}
+
+void ResourceRegistry::count(std::uint64_t client_id, ResourceKind kind, std::uint64_t ring_bytes, bool add) {
+  QuotaUse& use = use_.at(clients_.at(client_id).pid);
+  if (add) {
+    ++use.of(kind);
+    use.ring_bytes += ring_bytes;
+  } else {
+    --use.of(kind);
+    use.ring_bytes -= ring_bytes;
+  }
+}
+
+std::vector<QuotaUse> ResourceRegistry::quota_use() const {
+  std::vector<QuotaUse> out;
+  for (const auto& [pid, use] : use_) out.push_back(use);
+  std::sort(out.begin(), out.end(), [](const QuotaUse& a, const QuotaUse& b) { return a.pid < b.pid; });
+  return out;
 }
 
 bool ResourceRegistry::has_client(std::uint64_t client_id) const {
@@ -46,11 +80,19 @@ const ResourceRegistry::Object* ResourceRegistry::owned(std::uint64_t client_id,
 
 Created ResourceRegistry::insert(std::uint64_t client_id, Object object) {
   if (!has_client(client_id)) return {ENOENT, 0};
+  if (const int error = admit(client_id, object.kind, object.ring_bytes); error != 0) return {error, 0};
   if (next_handle_ > std::numeric_limits<Handle>::max()) return {ENOMEM, 0};
   const auto handle = static_cast<Handle>(next_handle_++);
   object.owner = client_id;
   objects_.emplace(handle, object);
+  count(client_id, object.kind, object.ring_bytes, true);
   return {0, handle};
+}
+
+void ResourceRegistry::erase(Handle handle) {
+  auto it = objects_.find(handle);
+  count(it->second.owner, it->second.kind, it->second.ring_bytes, false);
+  objects_.erase(it);
 }
 
 void ResourceRegistry::use(Handle handle) {
@@ -70,12 +112,12 @@ int ResourceRegistry::destroy(std::uint64_t client_id, Handle handle, ResourceKi
   release(object->send_cq);
   release(object->recv_cq);
   release(object->srq);
-  objects_.erase(handle);
+  erase(handle);
   return 0;
 }
 
-Created ResourceRegistry::open_context(std::uint64_t client_id) {
-  return insert(client_id, Object{.kind = ResourceKind::Context});
+Created ResourceRegistry::open_context(std::uint64_t client_id, std::uint64_t ring_bytes) {
+  return insert(client_id, Object{.kind = ResourceKind::Context, .ring_bytes = ring_bytes});
 }
 
 int ResourceRegistry::close_context(std::uint64_t client_id, Handle context) {
@@ -93,9 +135,10 @@ int ResourceRegistry::dealloc_pd(std::uint64_t client_id, Handle pd) {
   return destroy(client_id, pd, ResourceKind::Pd);
 }
 
-Created ResourceRegistry::create_cq(std::uint64_t client_id, Handle context) {
+Created ResourceRegistry::create_cq(std::uint64_t client_id, Handle context, std::uint64_t ring_bytes) {
   if (owned(client_id, context, ResourceKind::Context) == nullptr) return {EINVAL, 0};
-  Created created = insert(client_id, Object{.kind = ResourceKind::Cq, .parent = context});
+  Created created =
+      insert(client_id, Object{.kind = ResourceKind::Cq, .parent = context, .ring_bytes = ring_bytes});
   if (created.ok()) use(context);
   return created;
 }
@@ -104,9 +147,26 @@ int ResourceRegistry::destroy_cq(std::uint64_t client_id, Handle cq) {
   return destroy(client_id, cq, ResourceKind::Cq);
 }
 
-Created ResourceRegistry::create_srq(std::uint64_t client_id, Handle pd) {
+int ResourceRegistry::resize_cq(std::uint64_t client_id, Handle cq, std::uint64_t ring_bytes) {
+  Object* object = owned(client_id, cq, ResourceKind::Cq);
+  if (object == nullptr) return EINVAL;
+  if (ring_bytes > object->ring_bytes) {
+    // Only the growth is new; the object count does not change.
+    const QuotaUse& use = use_.at(clients_.at(client_id).pid);
+    if (over_ring_quota(use, ring_bytes - object->ring_bytes)) {
+      ++refusals_.ring_bytes;
+      return ENOMEM;
+    }
+  }
+  count(client_id, ResourceKind::Cq, object->ring_bytes, false);
+  object->ring_bytes = ring_bytes;
+  count(client_id, ResourceKind::Cq, object->ring_bytes, true);
+  return 0;
+}
+
+Created ResourceRegistry::create_srq(std::uint64_t client_id, Handle pd, std::uint64_t ring_bytes) {
   if (owned(client_id, pd, ResourceKind::Pd) == nullptr) return {EINVAL, 0};
-  Created created = insert(client_id, Object{.kind = ResourceKind::Srq, .parent = pd});
+  Created created = insert(client_id, Object{.kind = ResourceKind::Srq, .parent = pd, .ring_bytes = ring_bytes});
   if (created.ok()) use(pd);
   return created;
 }
@@ -127,7 +187,8 @@ Created ResourceRegistry::create_qp(std::uint64_t client_id, const QpSpec& spec)
             .recv_cq = spec.recv_cq,
             .srq = spec.srq.value_or(0),
             .qpn = spec.qpn,
-            .qp_type = spec.type};
+            .qp_type = spec.type,
+            .ring_bytes = spec.ring_bytes};
   Created created = insert(client_id, qp);
   if (!created.ok()) return created;
   // One use per reference: a QP whose send and receive CQ are the same CQ holds it twice,
@@ -173,7 +234,10 @@ int ResourceRegistry::check_pd(std::uint64_t client_id, Handle pd) const {
 
 int ResourceRegistry::add_mr(std::uint64_t client_id, Handle pd, rocev2::Lkey lkey) {
   if (check_pd(client_id, pd) != 0) return EINVAL;
-  if (!mrs_.emplace(lkey.value(), MrRecord{client_id, pd}).second) return EEXIST;
+  if (mrs_.contains(lkey.value())) return EEXIST;
+  if (const int error = admit(client_id, ResourceKind::Mr, 0); error != 0) return error;
+  mrs_.emplace(lkey.value(), MrRecord{client_id, pd});
+  count(client_id, ResourceKind::Mr, 0, true);
   use(pd);
   return 0;
 }
@@ -182,6 +246,7 @@ int ResourceRegistry::remove_mr(std::uint64_t client_id, rocev2::Lkey lkey) {
   auto it = mrs_.find(lkey.value());
   if (it == mrs_.end() || it->second.owner != client_id) return EINVAL;
   release(it->second.pd);
+  count(client_id, ResourceKind::Mr, 0, false);
   mrs_.erase(it);
   return 0;
 }
@@ -198,12 +263,13 @@ std::vector<Handle> ResourceRegistry::handles_of(std::uint64_t client_id,
 
 std::vector<TeardownAction> ResourceRegistry::drop_client(std::uint64_t client_id) {
   std::vector<TeardownAction> actions;
-  if (clients_.erase(client_id) == 0) return actions;
+  auto client = clients_.find(client_id);
+  if (client == clients_.end()) return actions;
   auto take_objects = [&](ResourceKind kind) {
     std::vector<Handle> handles = handles_of(client_id, kind);
     for (auto it = handles.rbegin(); it != handles.rend(); ++it) {
       actions.push_back({kind, *it, objects_.at(*it).qpn});
-      objects_.erase(*it);
+      erase(*it);
     }
   };
   auto take_mrs = [&] {
@@ -214,6 +280,7 @@ std::vector<TeardownAction> ResourceRegistry::drop_client(std::uint64_t client_i
     std::sort(lkeys.begin(), lkeys.end());
     for (std::uint32_t lkey : lkeys) {
       actions.push_back({ResourceKind::Mr, lkey, {}});
+      count(client_id, ResourceKind::Mr, 0, false);
       mrs_.erase(lkey);
     }
   };
@@ -227,6 +294,10 @@ std::vector<TeardownAction> ResourceRegistry::drop_client(std::uint64_t client_i
   take_objects(ResourceKind::Pd);
   take_objects(ResourceKind::Context);
   // Objects only ever name objects of the same client, so no use count elsewhere changes.
+  // The process's other connections keep what they hold; with the last one it is forgotten.
+  auto use = use_.find(client->second.pid);
+  if (--use->second.connections == 0) use_.erase(use);
+  clients_.erase(client);
   return actions;
 }
 

@@ -3,7 +3,9 @@
 // be destroyed now and in which order a dead client's objects must go. Pure bookkeeping: no
 // system call, no engine; the daemon asks before acting and carries out the answer.
 // Memory regions live in verbs/mr_table.h; the registry only counts them per PD (by L_Key) so
-// that ibv_dealloc_pd can refuse a PD that still has regions. docs/VERBS_RESOURCES.md.
+// that ibv_dealloc_pd can refuse a PD that still has regions. It also counts what each
+// process holds against its quotas (verbs/quotas.h) and refuses, with ENOMEM, a creation
+// that would exceed one. docs/VERBS_RESOURCES.md.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -17,11 +19,9 @@
 
 #include "rocev2/engine/work.h"
 #include "rocev2/types.h"
+#include "verbs/quotas.h"
 
 namespace rrdma::verbs {
-
-enum class ResourceKind : std::uint8_t { Context, Pd, Cq, Qp, Srq, Ah, Mr };
-const char* resource_kind_name(ResourceKind kind);
 
 // One number space for every object of every client, drawn from a counter that never goes
 // back: a handle names at most one object for the daemon's whole life, so a stale handle
@@ -40,7 +40,8 @@ struct ClientInfo {
 // A new handle, or the errno that refused it.
 struct Created {
   int error = 0;  // 0, EINVAL (a named handle is not the client's or of the wrong kind),
-                  // ENOENT (unknown client), ENOMEM (handle space exhausted)
+                  // ENOENT (unknown client), ENOMEM (the process's quota is reached, or
+                  // the handle space exhausted)
   Handle handle = 0;
   bool ok() const { return error == 0; }
 };
@@ -53,6 +54,7 @@ struct QpSpec {
   std::optional<Handle> srq = std::nullopt;
   rocev2::QpType type = rocev2::QpType::Rc;
   rocev2::Qpn qpn{};  // chosen by the daemon's QP number allocator, recorded for `status`
+  std::uint64_t ring_bytes = 0;  // the SQ and RQ rings the daemon maps
 };
 
 // One step of a dead client's teardown. `handle` is the registry handle, or for an MR the
@@ -86,13 +88,27 @@ struct ClientListing {
 class ResourceRegistry {
  public:
   // The first handle the counter hands out; a test may start near the top of the space.
+  // Quotas start unlimited.
   explicit ResourceRegistry(Handle first_handle = 1);
+
+  // Applies to creations from now on; what is held already stays.
+  void set_quotas(const Quotas& quotas) { quotas_ = quotas; }
+  const Quotas& quotas() const { return quotas_; }
+  // 0, or ENOMEM when one more object of `kind` with `ring_bytes` of rings would take the
+  // client's process over a quota (the refusal is counted). Every create below checks this
+  // itself; the daemon asks first only to refuse before it maps a ring or registers memory.
+  int admit(std::uint64_t client_id, ResourceKind kind, std::uint64_t ring_bytes);
+  // Per process, ordered by pid.
+  std::vector<QuotaUse> quota_use() const;
+  const QuotaRefusals& quota_refusals() const { return refusals_; }
 
   // 0, or EEXIST when the id is already a client.
   int add_client(const ClientInfo& client);
   bool has_client(std::uint64_t client_id) const;
 
-  Created open_context(std::uint64_t client_id);
+  // `ring_bytes`: the shared regions the daemon maps for the object (counted against the
+  // process's ring quota until the object goes).
+  Created open_context(std::uint64_t client_id, std::uint64_t ring_bytes = 0);
   // EBUSY while PDs or CQs remain on the context.
   int close_context(std::uint64_t client_id, Handle context);
 
@@ -100,11 +116,14 @@ class ResourceRegistry {
   // EBUSY while MRs, QPs, SRQs or AHs remain on the PD (ibv_dealloc_pd(3)).
   int dealloc_pd(std::uint64_t client_id, Handle pd);
 
-  Created create_cq(std::uint64_t client_id, Handle context);
+  Created create_cq(std::uint64_t client_id, Handle context, std::uint64_t ring_bytes = 0);
+  // ibv_resize_cq: the CQ's ring becomes `ring_bytes`. 0, EINVAL (not the client's CQ) or
+  // ENOMEM (over the ring quota; the CQ keeps its old ring).
+  int resize_cq(std::uint64_t client_id, Handle cq, std::uint64_t ring_bytes);
   // EBUSY while a QP sends or receives into it (ibv_destroy_cq(3)).
   int destroy_cq(std::uint64_t client_id, Handle cq);
 
-  Created create_srq(std::uint64_t client_id, Handle pd);
+  Created create_srq(std::uint64_t client_id, Handle pd, std::uint64_t ring_bytes = 0);
   // EBUSY while a QP receives from it.
   int destroy_srq(std::uint64_t client_id, Handle srq);
 
@@ -118,7 +137,8 @@ class ResourceRegistry {
   int destroy_ah(std::uint64_t client_id, Handle ah);
 
   // The MR table's side: check_pd() before MrTable::register_mr (0 or EINVAL: the PD must be
-  // the client's own), then add_mr() with the L_Key it returned; remove_mr() after
+  // the client's own), then add_mr() with the L_Key it returned (ENOMEM over the MR quota:
+  // the caller deregisters again); remove_mr() after
   // MrTable::deregister succeeded.
   int check_pd(std::uint64_t client_id, Handle pd) const;
   int add_mr(std::uint64_t client_id, Handle pd, rocev2::Lkey lkey);
@@ -145,6 +165,7 @@ class ResourceRegistry {
     rocev2::Qpn qpn{};
     rocev2::QpType qp_type = rocev2::QpType::Rc;
     ibv_qp_state qp_state = IBV_QPS_RESET;
+    std::uint64_t ring_bytes = 0;
   };
   struct MrRecord {
     std::uint64_t owner = 0;
@@ -154,7 +175,12 @@ class ResourceRegistry {
   // The object when it exists, belongs to the client and is of that kind; else nullptr.
   Object* owned(std::uint64_t client_id, Handle handle, ResourceKind kind);
   const Object* owned(std::uint64_t client_id, Handle handle, ResourceKind kind) const;
+  enum class Exhausted : std::uint8_t { Nothing, Objects, RingBytes };
+  Exhausted exhausted(std::uint64_t client_id, ResourceKind kind, std::uint64_t ring_bytes) const;
+  bool over_ring_quota(const QuotaUse& use, std::uint64_t more_bytes) const;
   Created insert(std::uint64_t client_id, Object object);
+  void erase(Handle handle);
+  void count(std::uint64_t client_id, ResourceKind kind, std::uint64_t ring_bytes, bool add);
   void use(Handle handle);
   void release(Handle handle);
   int destroy(std::uint64_t client_id, Handle handle, ResourceKind kind);
@@ -164,6 +190,9 @@ class ResourceRegistry {
   std::unordered_map<std::uint64_t, ClientInfo> clients_;
   std::unordered_map<Handle, Object> objects_;
   std::unordered_map<std::uint32_t, MrRecord> mrs_;  // by L_Key
+  Quotas quotas_;
+  std::unordered_map<pid_t, QuotaUse> use_;  // per process with at least one client
+  QuotaRefusals refusals_;
 };
 
 }  // namespace rrdma::verbs

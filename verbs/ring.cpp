@@ -75,6 +75,8 @@ void SharedRegion::reset() {
   size_ = 0;
 }
 
+std::size_t SharedRegion::mapped_size(std::size_t size) { return round_up_to_pages(size); }
+
 SharedRegion SharedRegion::create(const char* name, std::size_t size) {
   const std::size_t bytes = round_up_to_pages(size);
   const int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);

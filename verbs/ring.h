@@ -41,6 +41,8 @@ class SharedRegion {
   // sealed against shrinking and exactly `size` bytes long (size rounded up to pages).
   // On failure the fd is closed and the returned region is empty.
   static SharedRegion adopt(int fd, std::size_t size, AdoptError& error);
+  // The bytes a region of `size` maps: whole pages.
+  static std::size_t mapped_size(std::size_t size);
 
   bool valid() const { return base_ != nullptr; }
   int fd() const { return fd_; }

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "verbs/device_caps.h"
+
 namespace rrdma::vnic {
 namespace {
 
@@ -81,7 +83,46 @@ std::string check_mac(const std::string& text, std::optional<stack::MacAddress>&
 
 Validated refuse(std::string error) { return {std::nullopt, std::move(error)}; }
 
+std::string check_quotas(const QuotaOverrides& quotas) {
+  for (const QuotaOption& option : quota_options()) {
+    const auto& value = quotas.of(option.kind);
+    if (value && (*value < 1 || *value > option.max)) {
+      return std::string("bad ") + option.flag + " " + std::to_string(*value) + ": expected 1.." +
+             std::to_string(option.max) + " " + option.objects;
+    }
+  }
+  if (quotas.ring_bytes && (*quotas.ring_bytes < kMinRingBytesQuota || *quotas.ring_bytes > kMaxRingBytesQuota)) {
+    return std::string("bad ") + kRingBytesFlag + " " + std::to_string(*quotas.ring_bytes) + ": expected " +
+           std::to_string(kMinRingBytesQuota) + ".." + std::to_string(kMaxRingBytesQuota) + " bytes (1MiB..1TiB)";
+  }
+  return {};
+}
+
 }  // namespace
+
+const std::array<QuotaOption, verbs::kResourceKinds>& quota_options() {
+  using verbs::ResourceKind;
+  namespace caps = verbs::caps;
+  // Contexts have no device-wide cap of their own; each holds two descriptors, like a CQ.
+  static const std::array<QuotaOption, verbs::kResourceKinds> options = {{
+      {ResourceKind::Context, "--max-contexts-per-process", "contexts", caps::kMaxCq},
+      {ResourceKind::Pd, "--max-pds-per-process", "PDs", caps::kMaxPd},
+      {ResourceKind::Cq, "--max-cqs-per-process", "CQs", caps::kMaxCq},
+      {ResourceKind::Qp, "--max-qps-per-process", "QPs", caps::kMaxQp},
+      {ResourceKind::Srq, "--max-srqs-per-process", "SRQs", caps::kMaxSrq},
+      {ResourceKind::Ah, "--max-ahs-per-process", "AHs", caps::kMaxAh},
+      {ResourceKind::Mr, "--max-mrs-per-process", "MRs", caps::kMaxMr},
+  }};
+  return options;
+}
+
+verbs::Quotas QuotaOverrides::applied_to(verbs::Quotas defaults) const {
+  for (verbs::ResourceKind kind : verbs::kAllResourceKinds) {
+    if (of(kind)) defaults.of(kind) = *of(kind);
+  }
+  if (ring_bytes) defaults.ring_bytes = *ring_bytes;
+  return defaults;
+}
 
 bool is_valid_interface_name(std::string_view name) {
   if (name.empty() || name.size() > kMaxInterfaceNameLength) return false;
@@ -150,6 +191,8 @@ Validated validate(const UpArguments& args) {
   }
   if (args.group && !is_valid_group_name(*args.group)) return refuse("bad group name '" + *args.group + "'");
   config.group = args.group;
+  if (auto error = check_quotas(args.quotas); !error.empty()) return refuse(error);
+  config.quotas = args.quotas;
   config.bridge = args.bridge;
   config.create_bridge = args.create_bridge;
   config.uplink = args.uplink;

@@ -2,17 +2,48 @@
 // checks and derivations on them (no system calls here, so the tests can pin them down).
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "stack/addresses.h"
+#include "verbs/quotas.h"
 
 namespace rrdma::vnic {
 
 inline constexpr std::uint16_t kMinMtu = 576;   // RFC 791: every host must accept 576 bytes
 inline constexpr std::uint16_t kMaxMtu = 9000;  // the usual jumbo frame
 inline constexpr std::uint16_t kDefaultMtu = 1500;
+
+// The per-process quotas `up` was given (--max-*-per-process); each one left out is derived
+// by the daemon from its descriptor limit (verbs::default_quotas), which only the daemon
+// knows once it has raised it.
+struct QuotaOverrides {
+  std::array<std::optional<std::uint64_t>, verbs::kResourceKinds> objects;
+  std::optional<std::uint64_t> ring_bytes;
+
+  std::optional<std::uint64_t>& of(verbs::ResourceKind kind) { return objects[static_cast<std::size_t>(kind)]; }
+  const std::optional<std::uint64_t>& of(verbs::ResourceKind kind) const {
+    return objects[static_cast<std::size_t>(kind)];
+  }
+  // `defaults` with every override applied.
+  verbs::Quotas applied_to(verbs::Quotas defaults) const;
+};
+
+// One --max-KIND-per-process option: its kind, its name and the largest value accepted
+// (the device-wide cap of that kind: a larger quota could never be used).
+struct QuotaOption {
+  verbs::ResourceKind kind;
+  const char* flag;     // "--max-qps-per-process"
+  const char* objects;  // "QPs", for messages
+  std::uint64_t max;
+};
+const std::array<QuotaOption, verbs::kResourceKinds>& quota_options();
+inline constexpr const char* kRingBytesFlag = "--max-ring-bytes-per-process";
+inline constexpr std::uint64_t kMinRingBytesQuota = std::uint64_t{1} << 20;  // 1 MiB
+inline constexpr std::uint64_t kMaxRingBytesQuota = std::uint64_t{1} << 40;  // 1 TiB
 
 struct VnicConfig {
   std::string name;                 // the TAP interface and the /run/rrdma/NAME.* files
@@ -27,6 +58,7 @@ struct VnicConfig {
   // Who may use the NIC: the control socket is mode 0660, owner root, group this one (the
   // daemon resolves the name when it starts); without it root's group only.
   std::optional<std::string> group;
+  QuotaOverrides quotas;
 };
 
 // The arguments as text, before any check.
@@ -40,6 +72,7 @@ struct UpArguments {
   std::optional<std::string> uplink;
   std::optional<std::string> gateway;
   std::optional<std::string> group;
+  QuotaOverrides quotas;            // range-checked by validate()
 };
 
 // Either a config or the one-line reason the arguments are refused.

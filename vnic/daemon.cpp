@@ -30,6 +30,7 @@
 #include "vnic/control.h"
 #include "vnic/event_loop.h"
 #include "vnic/link.h"
+#include "verbs/device_caps.h"
 #include "verbs/nic.h"
 #include "vnic/report.h"
 #include "vnic/roce_port.h"
@@ -218,7 +219,8 @@ class Daemon {
   void attach_bridge_and_uplink();
   void create_tap();
   void start_loop();
-  void start_nic();
+  void start_nic(std::vector<std::string>& notes);
+  verbs::Quotas choose_quotas(std::vector<std::string>& notes);
   void watch_link();
   void on_link_messages(Instant now);
   void start_control();
@@ -244,6 +246,7 @@ class Daemon {
   LoopWatcher watcher_;
   std::optional<RocePort> roce_;
   std::optional<verbs::Nic> nic_;
+  DescriptorReport descriptors_;  // what raise_fd_limit() got
   std::optional<Telemetry> telemetry_;  // `rrdma-vnic stats` (RoCE part) and `trace`
   // The ifindex of the TAP this daemon made, 0 until TUNSETIFF succeeded. Only that
   // interface is ours to delete: a refused `up` whose name belongs to someone's veth,
@@ -265,7 +268,7 @@ Daemon::Daemon(const VnicConfig& config, PidFileLock lock, std::vector<std::stri
     attach_bridge_and_uplink();
     create_tap();
     start_loop();
-    start_nic();
+    start_nic(notes);
     watch_link();
     watch_signals();
     start_control();
@@ -358,17 +361,38 @@ void Daemon::start_loop() {
 
 // Every verbs object holds fds in the daemon (a QP: two ring memfds and a doorbell), so the
 // default soft limit of 1024 would cap a vnic at a few hundred QPs: take the hard limit.
-void raise_fd_limit() {
+// Returns the limits in force afterwards (the per-process quotas are derived from them).
+DescriptorReport raise_fd_limit() {
   rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
-  limit.rlim_cur = limit.rlim_max;
-  ::setrlimit(RLIMIT_NOFILE, &limit);
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return {};
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = raised.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  return {.limit = limit.rlim_cur, .hard_limit = limit.rlim_max, .reserved = verbs::reserved_descriptors(limit.rlim_cur)};
+}
+
+std::uint64_t open_descriptors() {
+  std::error_code ec;
+  std::uint64_t count = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    ++count;
+  }
+  return count > 0 ? count - 1 : 0;  // the directory iterator's own descriptor
+}
+
+std::uint64_t physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) : 0;
 }
 
 // The verbs device on UDP 4791. Its timers (retransmission, RNR waits) and the work it
 // defers run as a timer source of the loop.
-void Daemon::start_nic() {
-  raise_fd_limit();
+void Daemon::start_nic(std::vector<std::string>& notes) {
+  descriptors_ = raise_fd_limit();
   watcher_.attach(*loop_);
   roce_.emplace(*interface_);
   verbs::NicConfig nic_config;
@@ -376,6 +400,7 @@ void Daemon::start_nic() {
   nic_config.mac = config_.mac;
   nic_config.netdev_mtu = config_.mtu;
   nic_config.frame_memory = loop_->receive_memory();
+  nic_config.quotas = choose_quotas(notes);
   nic_.emplace(nic_config, *roce_, watcher_);
   loop_->on_frames_done([this] {
     if (nic_) nic_->end_of_frames();
@@ -401,6 +426,35 @@ void Daemon::start_nic() {
     if (delivered > 0 || interface_->loopback_pending()) return now;
     return std::nullopt;
   });
+}
+
+// What `up` set, the rest derived from the descriptor limit the daemon got. A quota the
+// limit cannot honour is kept (the operator asked for it) but noted (`up` prints the notes
+// and the log keeps them): such a process would meet the daemon's EMFILE before its quota.
+verbs::Quotas Daemon::choose_quotas(std::vector<std::string>& notes) {
+  const verbs::DeviceLimits device{.max_qp = verbs::caps::kMaxQp,
+                                   .max_cq = verbs::caps::kMaxCq,
+                                   .max_srq = verbs::caps::kMaxSrq,
+                                   .max_pd = verbs::caps::kMaxPd,
+                                   .max_ah = verbs::caps::kMaxAh,
+                                   .max_mr = verbs::caps::kMaxMr};
+  const verbs::Quotas quotas =
+      config_.quotas.applied_to(verbs::default_quotas(descriptors_.limit, physical_memory(), device));
+  const std::uint64_t usable = descriptors_.limit > descriptors_.reserved ? descriptors_.limit - descriptors_.reserved : 0;
+  std::string summary;
+  for (verbs::ResourceKind kind : verbs::kAllResourceKinds) {
+    summary += " " + std::to_string(quotas.of(kind)) + " " + verbs::resource_kind_name(kind) + "s,";
+    const std::uint64_t needed = quotas.of(kind) * verbs::descriptors_per(kind);
+    if (needed > usable) {
+      notes.push_back("quota of " + std::to_string(quotas.of(kind)) + " " + verbs::resource_kind_name(kind) +
+                      "s per process needs " + std::to_string(needed) + " descriptors; the daemon has " +
+                      std::to_string(usable) + " besides its reserve (RLIMIT_NOFILE " +
+                      std::to_string(descriptors_.limit) + ")");
+    }
+  }
+  log_line("descriptor limit " + std::to_string(descriptors_.limit) + " (hard " + std::to_string(descriptors_.hard_limit) +
+           "); quotas per process:" + summary + " " + std::to_string(quotas.ring_bytes) + " ring bytes");
+  return quotas;
 }
 
 // The TAP's state becomes the port's (IBV_EVENT_PORT_ACTIVE / PORT_ERR, query_port): the
@@ -480,8 +534,10 @@ nlohmann::json Daemon::handle(const nlohmann::json& request, const PeerCredentia
   const auto cmd = request["cmd"].get<std::string>();
   const Instant now = Clock::now();
   if (cmd == "status") {
-    return status_json(
-        StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now), nic_->listing()});
+    DescriptorReport descriptors = descriptors_;
+    descriptors.open = open_descriptors();
+    return status_json(StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now), nic_->listing(),
+                                    descriptors, nic_->quotas(), nic_->quota_use()});
   }
   if (cmd == "stats") {
     nlohmann::json stats = stats_json(interface_->counters(), loop_->counters());
@@ -490,6 +546,7 @@ nlohmann::json Daemon::handle(const nlohmann::json& request, const PeerCredentia
     add_layer(stats, "engine", named(nic_->engine_counters()));
     add_layer(stats, "verbs", named(nic_->counters()));
     add_layer(stats, "dma", named(nic_->dma_counters()));
+    for (const auto& [name, value] : named(nic_->quota_refusals())) stats["quotas"][name] = value;
     add_layer(stats, "capture", named(capture_->counters()));
     add_layer(stats, "control", control_->named_counters());
     telemetry_->add_stats(stats);

@@ -31,6 +31,40 @@ const char* qp_type_name(rocev2::QpType type) {
   return "?";
 }
 
+// "qps" for ResourceKind::Qp: the key of a kind in status and stats.
+std::string kind_key(verbs::ResourceKind kind) { return std::string(verbs::resource_kind_name(kind)) + "s"; }
+
+nlohmann::json quotas_json(const verbs::Quotas& quotas) {
+  nlohmann::json out = nlohmann::json::object();
+  for (verbs::ResourceKind kind : verbs::kAllResourceKinds) out[kind_key(kind)] = quotas.of(kind);
+  out["ring_bytes"] = quotas.ring_bytes;
+  return out;
+}
+
+nlohmann::json quota_use_json(const std::vector<verbs::QuotaUse>& uses) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const verbs::QuotaUse& use : uses) {
+    nlohmann::json entry = {{"pid", use.pid}, {"uid", use.uid}, {"connections", use.connections}};
+    for (verbs::ResourceKind kind : verbs::kAllResourceKinds) entry[kind_key(kind)] = use.of(kind);
+    entry["ring_bytes"] = use.ring_bytes;
+    entry["descriptors"] = use.descriptors();
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+// "12/729 QPs", in the order of the quotas object.
+void format_quota_use(std::ostringstream& out, const nlohmann::json& use, const nlohmann::json& quotas) {
+  out << "  pid " << use.value("pid", 0) << " (uid " << use.value("uid", 0) << ", " << use.value("connections", 0)
+      << " connections, " << use.value("descriptors", 0) << " descriptors):";
+  const char* separator = " ";
+  for (const auto& [key, limit] : quotas.items()) {
+    out << separator << use.value(key, 0) << "/" << limit.dump() << " " << key;
+    separator = ", ";
+  }
+  out << "\n";
+}
+
 nlohmann::json processes_json(const std::vector<verbs::ClientListing>& listings) {
   nlohmann::json processes = nlohmann::json::array();
   for (const auto& l : listings) {
@@ -76,7 +110,14 @@ nlohmann::json status_json(const StatusReport& report) {
           {"pid", report.pid},
           {"uptime_s", whole_seconds(report.uptime)},
           {"neighbours", std::move(neighbours)},
-          {"processes", processes_json(report.processes)}};
+          {"processes", processes_json(report.processes)},
+          {"descriptors",
+           {{"limit", report.descriptors.limit},
+            {"hard_limit", report.descriptors.hard_limit},
+            {"reserved", report.descriptors.reserved},
+            {"open", report.descriptors.open}}},
+          {"quotas", quotas_json(report.quotas)},
+          {"quota_use", quota_use_json(report.quota_use)}};
 }
 
 NamedCounters named(const rocev2::EngineCounters& c) {
@@ -119,6 +160,13 @@ NamedCounters named(const verbs::DmaCounters& c) {
           {"faults", c.faults},       {"partial", c.partial},     {"other_errors", c.other_errors},
           {"writes_queued", c.writes_queued}, {"combined_calls", c.combined_calls},
           {"queued_writes_lost", c.queued_writes_lost}, {"reads_shared", c.reads_shared}};
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> named(const verbs::QuotaRefusals& refusals) {
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  for (verbs::ResourceKind kind : verbs::kAllResourceKinds) out.emplace_back("refused_" + kind_key(kind), refusals.of(kind));
+  out.emplace_back("refused_ring_bytes", refusals.ring_bytes);
+  return out;
 }
 
 void add_layer(nlohmann::json& stats, std::string_view layer, const NamedCounters& counters) {
@@ -191,6 +239,21 @@ std::string format_status(const nlohmann::json& status) {
           << "\n";
     }
   }
+  const auto descriptors = status.value("descriptors", nlohmann::json::object());
+  out << "descriptors: " << descriptors.value("open", 0) << " open, limit " << descriptors.value("limit", 0)
+      << " (hard " << descriptors.value("hard_limit", 0) << "), " << descriptors.value("reserved", 0)
+      << " kept from every process's quota\n";
+  const auto quotas = status.value("quotas", nlohmann::json::object());
+  out << "quotas per process:";
+  const char* separator = " ";
+  for (const auto& [key, limit] : quotas.items()) {
+    out << separator << limit.dump() << " " << key;
+    separator = ", ";
+  }
+  out << "\n";
+  const auto uses = status.value("quota_use", nlohmann::json::array());
+  out << "use per process:" << (uses.empty() ? " none" : "") << "\n";
+  for (const auto& use : uses) format_quota_use(out, use, quotas);
   return out.str();
 }
 

@@ -3,9 +3,14 @@
 //   status: {"name","mac","ip","mtu","bridge"|null,"gateway"|null,"pid","uptime_s",
 //            "neighbours":[{"ip","mac","age_s"}],
 //            "processes":[{"pid","uid","client","contexts","pds","mrs","cqs","srqs","ahs",
-//                          "qps":[{"handle","qpn","type","state"}]}]}
+//                          "qps":[{"handle","qpn","type","state"}]}],
+//            "descriptors":{"limit","hard_limit","reserved","open"},
+//            "quotas":{"contexts","pds","cqs","qps","srqs","ahs","mrs","ring_bytes"},
+//            "quota_use":[{"pid","uid","connections","contexts",...,"mrs","ring_bytes",
+//                          "descriptors"}]}   (per process, not per connection)
 //   stats:  {"ethernet":{...},"arp":{...},"ipv4":{...},"icmp":{...},"udp":{...},
-//            "daemon":{...},"roce":{...},"engine":{...},"verbs":{...},"dma":{...}}
+//            "daemon":{...},"roce":{...},"engine":{...},"verbs":{...},"dma":{...},
+//            "quotas":{"refused_contexts",...,"refused_mrs","refused_ring_bytes"}}
 //            layer -> counter name -> number
 #pragma once
 
@@ -27,12 +32,24 @@
 
 namespace rrdma::vnic {
 
+// The daemon's own descriptors: RLIMIT_NOFILE as raised at start, the part no process's
+// quota may reach into, and how many are open now.
+struct DescriptorReport {
+  std::uint64_t limit = 0;
+  std::uint64_t hard_limit = 0;
+  std::uint64_t reserved = 0;
+  std::uint64_t open = 0;
+};
+
 struct StatusReport {
   const VnicConfig& config;
   pid_t pid;
   Duration uptime;
   std::vector<stack::ArpEntry> neighbours;
   std::vector<verbs::ClientListing> processes = {};  // the verbs clients, by connection
+  DescriptorReport descriptors = {};
+  verbs::Quotas quotas = {};
+  std::vector<verbs::QuotaUse> quota_use = {};  // per process
 };
 
 using NamedCounters = std::vector<std::pair<std::string_view, std::uint64_t>>;
@@ -48,6 +65,8 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const LoopCounters& cou
 NamedCounters named(const rocev2::EngineCounters& counters);
 NamedCounters named(const verbs::NicCounters& counters);
 NamedCounters named(const verbs::DmaCounters& counters);
+// "refused_<kind>s" for each kind, "refused_ring_bytes".
+std::vector<std::pair<std::string, std::uint64_t>> named(const verbs::QuotaRefusals& refusals);
 // Adds (or replaces) one layer of counters in a stats object.
 void add_layer(nlohmann::json& stats, std::string_view layer, const NamedCounters& counters);
 

@@ -82,8 +82,10 @@ inline int eventfd_for_test() {
 
 // One client of a Nic: sends it requests as the client library would, with dup'd fds.
 struct TestClient {
-  explicit TestClient(Nic& device, std::uint64_t id = 1) : nic(device), client(id) {
-    REQUIRE(nic.client_connected({client, ::getpid(), ::getuid()}) == 0);
+  // `pid`: another than ours makes the client another process for the quotas (its MRs
+  // are then unreachable: DMA goes to that pid).
+  explicit TestClient(Nic& device, std::uint64_t id = 1, pid_t pid = ::getpid()) : nic(device), client(id) {
+    REQUIRE(nic.client_connected({client, pid, ::getuid()}) == 0);
   }
   ~TestClient() {
     for (int fd : owned_fds) ::close(fd);

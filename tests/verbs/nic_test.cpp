@@ -53,7 +53,7 @@ class FakePort final : public PacketPort {
 // One vnic's verbs device, a fake port and loop, and one client of it.
 struct Side {
   Side(std::uint32_t ip, std::uint8_t last_mac_byte)
-      : nic(NicConfig{stack::Ipv4Address{ip}, stack::MacAddress{{2, 0, 0, 0, 0, last_mac_byte}}, 1500, true, {}}, port,
+      : nic(NicConfig{stack::Ipv4Address{ip}, stack::MacAddress{{2, 0, 0, 0, 0, last_mac_byte}}, 1500, true, {}, {}}, port,
             watcher) {}
   Message call(MessageType type, std::vector<std::uint64_t> words, std::vector<int> fds = {}) {
     return user.call(type, std::move(words), std::move(fds));

@@ -179,3 +179,43 @@ TEST_CASE("up --group takes a group name, not a path or an option", "[vnic][conf
     CHECK(refused.error.find("group") != std::string::npos);
   }
 }
+
+TEST_CASE("quota options: in range they reach the config, out of range they are refused", "[vnic][config]") {
+  using rrdma::verbs::ResourceKind;
+  UpArguments args = good_arguments();
+  args.quotas.of(ResourceKind::Qp) = 5000;
+  args.quotas.ring_bytes = std::uint64_t{2} << 30;
+  const auto result = validate(args);
+  REQUIRE(result.config);
+  CHECK(result.config->quotas.of(ResourceKind::Qp) == 5000u);
+  CHECK_FALSE(result.config->quotas.of(ResourceKind::Cq));
+  CHECK(result.config->quotas.ring_bytes == std::uint64_t{2} << 30);
+
+  // Applied over the daemon's defaults: only what was given changes.
+  rrdma::verbs::Quotas defaults;
+  defaults.of(ResourceKind::Qp) = 729;
+  defaults.of(ResourceKind::Cq) = 546;
+  const auto applied = result.config->quotas.applied_to(defaults);
+  CHECK(applied.of(ResourceKind::Qp) == 5000u);
+  CHECK(applied.of(ResourceKind::Cq) == 546u);
+  CHECK(applied.ring_bytes == std::uint64_t{2} << 30);
+
+  for (const auto& option : rrdma::vnic::quota_options()) {
+    INFO(option.flag);
+    UpArguments zero = good_arguments();
+    zero.quotas.of(option.kind) = 0;
+    CHECK(refusal(zero) == std::string("bad ") + option.flag + " 0: expected 1.." + std::to_string(option.max) + " " +
+                               option.objects);
+    UpArguments over = good_arguments();
+    over.quotas.of(option.kind) = option.max + 1;
+    CHECK_FALSE(refusal(over).empty());
+    UpArguments top = good_arguments();
+    top.quotas.of(option.kind) = option.max;
+    CHECK(validate(top).config);
+  }
+  UpArguments small = good_arguments();
+  small.quotas.ring_bytes = 4096;
+  CHECK(refusal(small).rfind("bad --max-ring-bytes-per-process 4096: expected 1048576..", 0) == 0);
+  // The 5,000-QP test's setting: within the device's cap of 16384.
+  CHECK(rrdma::vnic::quota_options()[static_cast<std::size_t>(ResourceKind::Qp)].max == 16384u);
+}

@@ -25,8 +25,11 @@ TEST_CASE("status JSON has exactly the documented fields and types", "[vnic][rep
   stack::ArpEntry neighbour{*stack::Ipv4Address::parse("10.66.0.20"),
                             *stack::MacAddress::parse("02:11:22:33:44:55"), std::chrono::milliseconds(7500)};
   const json status = status_json(StatusReport{config, 4242, std::chrono::seconds(90), {neighbour}});
-  CHECK(status.size() == 10);
+  CHECK(status.size() == 13);
   CHECK(status["processes"] == json::array());
+  CHECK(status["descriptors"].is_object());
+  CHECK(status["quotas"].is_object());
+  CHECK(status["quota_use"] == json::array());
   CHECK(status["name"] == "rv0");
   CHECK(status["mac"] == "02:00:00:aa:bb:cc");
   CHECK(status["ip"] == "10.66.0.10/24");
@@ -120,4 +123,51 @@ TEST_CASE("human status shows every field and each neighbour", "[vnic][report]")
   CHECK_THAT(text, Catch::Contains("10.66.0.20  02:11:22:33:44:55  age 3 s"));
   const auto line = format_list_line(status_json(StatusReport{config, 99, {}, {}}));
   CHECK(line == "rv0  02:00:00:aa:bb:cc  10.66.0.10/24  mtu 1500  bridge br0  pid 99");
+}
+
+TEST_CASE("status JSON: descriptors, quotas and each process's use against them", "[vnic][report]") {
+  const auto config = sample_config();
+  verbs::Quotas quotas;
+  for (verbs::ResourceKind kind : verbs::kAllResourceKinds) quotas.of(kind) = 10;
+  quotas.of(verbs::ResourceKind::Qp) = 729;
+  quotas.ring_bytes = 1 << 20;
+  verbs::QuotaUse use;
+  use.pid = 777;
+  use.uid = 1000;
+  use.connections = 2;
+  use.of(verbs::ResourceKind::Qp) = 729;
+  use.of(verbs::ResourceKind::Cq) = 1;
+  use.of(verbs::ResourceKind::Context) = 2;
+  use.ring_bytes = 4096;
+  const json status = status_json(
+      StatusReport{config, 1, {}, {}, {}, DescriptorReport{20000, 20000, 2500, 123}, quotas, {use}});
+  CHECK(status["descriptors"] == json{{"limit", 20000}, {"hard_limit", 20000}, {"reserved", 2500}, {"open", 123}});
+  CHECK(status["quotas"]["qps"] == 729);
+  CHECK(status["quotas"]["mrs"] == 10);
+  CHECK(status["quotas"]["ring_bytes"] == 1 << 20);
+  REQUIRE(status["quota_use"].size() == 1);
+  const json& u = status["quota_use"][0];
+  CHECK(u["pid"] == 777);
+  CHECK(u["connections"] == 2);
+  CHECK(u["qps"] == 729);
+  CHECK(u["cqs"] == 1);
+  CHECK(u["ring_bytes"] == 4096);
+  CHECK(u["descriptors"] == 729 * 3 + 2 + 2 * 2);
+  const std::string text = format_status(status);
+  CHECK(text.find("descriptors: 123 open, limit 20000 (hard 20000), 2500 kept from every process's quota") !=
+        std::string::npos);
+  CHECK(text.find("729/729 qps") != std::string::npos);
+  CHECK(text.find("pid 777 (uid 1000, 2 connections, 2193 descriptors):") != std::string::npos);
+  CHECK(text.find("quotas per process: 10 ahs, 10 contexts, 10 cqs, 10 mrs, 10 pds, 729 qps, 1048576 ring_bytes, 10 srqs") !=
+        std::string::npos);
+}
+
+TEST_CASE("stats: quota refusals by what was exhausted", "[vnic][report]") {
+  verbs::QuotaRefusals refusals;
+  refusals.of(verbs::ResourceKind::Qp) = 3;
+  refusals.ring_bytes = 2;
+  const auto named_refusals = named(refusals);
+  REQUIRE(named_refusals.size() == verbs::kResourceKinds + 1);
+  CHECK(named_refusals[3] == std::pair<std::string, std::uint64_t>{"refused_qps", 3});
+  CHECK(named_refusals.back() == std::pair<std::string, std::uint64_t>{"refused_ring_bytes", 2});
 }

@@ -41,7 +41,7 @@ struct Vnic {
   Vnic(std::uint32_t ip, std::uint8_t mac_byte)
       : interface(interface_config(ip, mac_byte), sink),
         port(interface),
-        nic(verbs::NicConfig{stack::Ipv4Address{ip}, stack::MacAddress{{2, 0, 0, 0, 0, mac_byte}}, 1500, true, {}}, port,
+        nic(verbs::NicConfig{stack::Ipv4Address{ip}, stack::MacAddress{{2, 0, 0, 0, 0, mac_byte}}, 1500, true, {}, {}}, port,
             watcher) {
     port.attach(&nic);
   }
