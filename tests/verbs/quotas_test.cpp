@@ -103,7 +103,7 @@ TEST_CASE("quotas: a process's connections share one quota, another process has 
   CHECK(a->connections == 2);
   CHECK(a->of(ResourceKind::Pd) == 2);
   CHECK(a->of(ResourceKind::Context) == 2);
-  CHECK(a->descriptors() == 4);  // two contexts, two descriptors each
+  CHECK(a->descriptors() == 8);  // two contexts, four descriptors each (quotas.h)
 
   // One connection going gives back what it held, and only that.
   registry.drop_client(2);
@@ -142,7 +142,7 @@ TEST_CASE("quotas: a disconnect releases every kind and every ring byte", "[verb
     REQUIRE(use);
     for (ResourceKind kind : kAllResourceKinds) CHECK(use->of(kind) == 1);
     CHECK(use->ring_bytes == 10000);
-    CHECK(use->descriptors() == 2 + 2 + 3 + 2);
+    CHECK(use->descriptors() == 4 + 2 + 3 + 2);
     // Every kind is at its quota now.
     CHECK(registry.alloc_pd(round, ctx).error == ENOMEM);
     CHECK(registry.add_mr(round, pd, Lkey{100 + static_cast<std::uint32_t>(round)}) == ENOMEM);
@@ -242,7 +242,7 @@ TEST_CASE("quotas: defaults leave three quarters of the descriptors to others an
   CHECK(q.of(ResourceKind::Qp) == 729);
   CHECK(q.of(ResourceKind::Cq) == 546);
   CHECK(q.of(ResourceKind::Srq) == 273);
-  CHECK(q.of(ResourceKind::Context) == 273);
+  CHECK(q.of(ResourceKind::Context) == 136);
   CHECK(q.ring_bytes == std::uint64_t{64} << 20);  // the floor
   // A limit below the reserve still lets a process open one of each kind that holds
   // descriptors; the others do not depend on the limit.

@@ -152,12 +152,12 @@ TEST_CASE("status JSON: descriptors, quotas and each process's use against them"
   CHECK(u["qps"] == 729);
   CHECK(u["cqs"] == 1);
   CHECK(u["ring_bytes"] == 4096);
-  CHECK(u["descriptors"] == 729 * 3 + 2 + 2 * 2);
+  CHECK(u["descriptors"] == 729 * 3 + 2 + 2 * 4);  // QPs, one CQ, two contexts
   const std::string text = format_status(status);
   CHECK(text.find("descriptors: 123 open, limit 20000 (hard 20000), 2500 kept from every process's quota") !=
         std::string::npos);
   CHECK(text.find("729/729 qps") != std::string::npos);
-  CHECK(text.find("pid 777 (uid 1000, 2 connections, 2193 descriptors):") != std::string::npos);
+  CHECK(text.find("pid 777 (uid 1000, 2 connections, 2197 descriptors):") != std::string::npos);
   CHECK(text.find("quotas per process: 10 ahs, 10 contexts, 10 cqs, 10 mrs, 10 pds, 729 qps, 1048576 ring_bytes, 10 srqs") !=
         std::string::npos);
 }
