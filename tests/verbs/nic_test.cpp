@@ -22,6 +22,7 @@
 
 #include "rocev2/opcode.h"
 #include "rocev2/wire.h"
+#include "tests/verbs/credential_child.h"
 #include "tests/verbs/nic_client.h"
 #include "verbs/device_caps.h"
 #include "verbs/nic.h"
@@ -587,38 +588,20 @@ TEST_CASE("nic: a client whose process changes credentials is evicted at the nex
     WARN("SKIPPED: changing a child's credentials needs root");
     return;
   }
-  int go[2];
-  int done[2];
-  REQUIRE(::pipe(go) == 0);
-  REQUIRE(::pipe(done) == 0);
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    ::alarm(60);
-    char byte = 0;
-    if (::read(go[0], &byte, 1) != 1 || ::setresuid(65534, 65534, 65534) != 0 || ::write(done[1], "d", 1) != 1) ::_exit(2);
-    ::pause();
-    ::_exit(0);
-  }
+  CredentialChangingChild child;
   FakePort port;
   FakeWatcher watcher;
   Nic nic(NicConfig{stack::Ipv4Address{kIpA}, stack::MacAddress{{2, 0, 0, 0, 0, 9}}, 1500, true, {}}, port, watcher);
   std::vector<std::uint64_t> evicted;
   nic.set_client_evictor([&](std::uint64_t client) { evicted.push_back(client); });
-  REQUIRE(nic.client_connected({7, child, 0}) == 0);
+  REQUIRE(nic.client_connected({7, child.pid(), 0}) == 0);
   nic.advance(kNow);
   CHECK(evicted.empty());
-  char byte = 0;
-  REQUIRE(::write(go[1], "g", 1) == 1);
-  REQUIRE(::read(done[0], &byte, 1) == 1);
+  child.change_credentials();
   REQUIRE(nic.next_deadline());
   nic.advance(*nic.next_deadline());
   CHECK(evicted == std::vector<std::uint64_t>{7});
   CHECK(nic.counters().clients_evicted == 1);
-  ::kill(child, SIGKILL);
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  for (int fd : {go[0], go[1], done[0], done[1]}) ::close(fd);
 }
 
 }  // namespace

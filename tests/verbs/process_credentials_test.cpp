@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "tests/verbs/credential_child.h"
 #include "verbs/process_credentials.h"
 
 using namespace rrdma::verbs;
@@ -38,31 +39,14 @@ TEST_CASE("credentials: a watch sees a process change credentials, not one that 
     WARN("SKIPPED: changing a child's credentials needs root");
     return;
   }
-  int go[2];
-  int done[2];
-  REQUIRE(::pipe(go) == 0);
-  REQUIRE(::pipe(done) == 0);
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    ::alarm(60);
-    char byte = 0;
-    if (::read(go[0], &byte, 1) != 1 || ::setresuid(65534, 65534, 65534) != 0 || ::write(done[1], "d", 1) != 1) ::_exit(2);
-    ::pause();
-    ::_exit(0);
-  }
-  CredentialWatch watch(child);
+  test::CredentialChangingChild child;
+  CredentialWatch watch(child.pid());
   REQUIRE(watch.valid());
   CHECK_FALSE(watch.changed());
-  char byte = 0;
-  REQUIRE(::write(go[1], "g", 1) == 1);
-  REQUIRE(::read(done[0], &byte, 1) == 1);
+  child.change_credentials();
   CHECK(watch.changed());
-  ::kill(child, SIGKILL);
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
+  child.end();
   CHECK_FALSE(watch.changed());
-  for (int fd : {go[0], go[1], done[0], done[1]}) ::close(fd);
 }
 
 TEST_CASE("credentials: a pid that is gone gives no watch") {
