@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -173,20 +174,25 @@ void Nic::check_address_spaces(Instant now) {
 
 namespace {
 
-// The memory handle open_device brings must be a process's own mem file, readable and
-// writable: anything else (a pipe, a FUSE file) could make the daemon's reads block, and
-// would not be an address space. Whose mem file it is needs no check: a process can only
-// open the mem file of an address space it may ptrace, so the handle never carries more
-// right than its sender had.
+// The memory handle open_device brings must be a process's mem file, open read-write:
+// anything else (a pipe, a FUSE file) could make the daemon's reads block, and another
+// procfs file would be written with the daemon's rights (root's: /proc/PID/oom_score_adj,
+// bind-mounted over a file named "mem" in the sender's own mount namespace, passed every
+// check of the path). So the file is judged by what it is, not by its name: a regular procfs
+// file of mode 0600 (the only one in /proc/PID is mem), open read-write, that answers a
+// one-byte read at address 0, which no process maps, with EIO as a living address space's
+// mem file does. Whose mem file it is needs no check: a process can only open the mem file
+// of an address space it may ptrace, so the handle never carries more right than its sender
+// had.
 bool is_memory_handle(int fd) {
   struct statfs filesystem{};
   if (fd < 0 || ::fstatfs(fd, &filesystem) != 0 || filesystem.f_type != PROC_SUPER_MAGIC) return false;
+  struct stat file{};
+  if (::fstat(fd, &file) != 0 || !S_ISREG(file.st_mode) || (file.st_mode & 07777) != 0600) return false;
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) return false;
-  char target[PATH_MAX] = {};
-  const std::string link = "/proc/self/fd/" + std::to_string(fd);
-  const ssize_t length = ::readlink(link.c_str(), target, sizeof(target) - 1);
-  return length > 0 && std::string_view(target, static_cast<std::size_t>(length)).ends_with("/mem");
+  std::uint8_t byte = 0;
+  return ::pread(fd, &byte, 1, 0) < 0 && errno == EIO;
 }
 
 }  // namespace
