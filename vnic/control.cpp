@@ -19,6 +19,8 @@
 namespace rrdma::vnic {
 namespace {
 
+constexpr int kAcceptsPerTurn = 64;
+
 sockaddr_un address_of(const std::filesystem::path& path) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
@@ -193,9 +195,17 @@ std::vector<std::pair<std::string_view, std::uint64_t>> ControlServer::named_cou
 }
 
 // Drains the backlog until EAGAIN: the listener's multishot poll reports new readiness
-// only, so a backlog left full would never be reported again.
+// only, so a backlog left full would never be reported again. At most kAcceptsPerTurn per
+// turn of the loop, the rest on the next turn (the timer source, at once): refused and shed
+// connections cost their sender nothing, and processes that connect and close in a loop
+// would otherwise keep this loop, and with it the data path and root's `down`, busy for ever
+// (found by review).
 void ControlServer::accept_clients() {
-  for (;;) {
+  for (int accepted = 0;; ++accepted) {
+    if (accepted == kAcceptsPerTurn) {
+      accept_retry_at_ = Clock::now();
+      return;
+    }
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
       admit(fd);
