@@ -201,7 +201,10 @@ void WorkLog::completed(const Cqe& cqe) {
     return;
   }
   if (cqe.status != 0) {
-    if (!sends_.empty()) sends_.pop_front();
+    // An error is reported for its own WR, signaled or not; the unsignaled WRs before it
+    // completed (found by review: they were flushed again after a daemon's death).
+    const auto failed = std::find_if(sends_.begin(), sends_.end(), [&](const auto& wr) { return wr.wr_id == cqe.wr_id; });
+    sends_.erase(sends_.begin(), failed == sends_.end() ? sends_.begin() + (sends_.empty() ? 0 : 1) : failed + 1);
     return;
   }
   // A successful CQE is the first signaled WR; the unsignaled ones before it completed too.

@@ -1004,6 +1004,16 @@ TEST_CASE("client: the work log retires unsignaled sends with the next signaled 
   CHECK(out[0].wr_id == 4);
   CHECK(out[1].wr_id == 5);
   CHECK(log.flush_sends(out) == 0);
+  // An error for a WR behind unsignaled ones that succeeded retires them too: after the
+  // daemon's death only what never completed is flushed.
+  log.posted_send(6, 0, false);
+  log.posted_send(7, 0, false);
+  log.posted_send(8, 0, true);
+  Cqe error_behind = send_cqe(7, 0x101);
+  error_behind.status = static_cast<std::uint32_t>(WcStatus::RemAccessErr);
+  log.completed(error_behind);  // 6 and 7
+  REQUIRE(log.flush_sends(out) == 1);
+  CHECK(out[0].wr_id == 8);
   // The bound: the oldest entry must have completed and goes.
   client::WorkLog small(0x102, 2);
   for (std::uint64_t id = 1; id <= 3; ++id) small.posted_recv(id);
