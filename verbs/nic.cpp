@@ -116,10 +116,14 @@ Nic::~Nic() {
 }
 
 int Nic::client_connected(const ClientInfo& client) {
+  // A client whose process cannot be watched (gone already, or no descriptor for a pidfd)
+  // is refused: its resources could not end with it.
+  CredentialWatch watch(client.pid, client.pidfd);
+  if (!watch.valid()) return ESRCH;
   const int error = registry_.add_client(client);
   if (error != 0) return error;
   clients_.emplace(client.id, client);
-  client_credentials_.emplace(client.id, CredentialWatch(client.pid));
+  client_credentials_.emplace(client.id, std::move(watch));
   ++counters_.clients_connected;
   return 0;
 }
@@ -169,7 +173,7 @@ void Nic::check_address_spaces(Instant now) {
   next_address_check_ = now + kAddressCheckPeriod;
   for (const auto& [client, memory] : client_memory_) dma_.still_alive(memory);
   for (const auto& [client, watch] : client_credentials_)
-    if (watch.changed()) to_evict_.push_back(client);
+    if (watch.exited() || watch.changed()) to_evict_.push_back(client);
 }
 
 namespace {

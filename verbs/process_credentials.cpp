@@ -64,9 +64,9 @@ std::optional<ProcessCredentials> parse_credentials(std::string_view status) {
   return credentials;
 }
 
-CredentialWatch::CredentialWatch(pid_t pid) : pid_(pid) {
+CredentialWatch::CredentialWatch(pid_t pid, int pidfd) : pid_(pid) {
   if (pid <= 0) return;
-  pidfd_ = open_pidfd(pid);
+  pidfd_ = pidfd >= 0 ? ::fcntl(pidfd, F_DUPFD_CLOEXEC, 0) : open_pidfd(pid);
   if (pidfd_ < 0) return;
   initial_ = read_credentials(pid);
   // Read after the pidfd was opened, and the process was still there after the read: the
@@ -80,6 +80,8 @@ CredentialWatch::~CredentialWatch() {
 
 CredentialWatch::CredentialWatch(CredentialWatch&& other) noexcept
     : pid_(other.pid_), pidfd_(std::exchange(other.pidfd_, -1)), initial_(std::move(other.initial_)) {}
+
+bool CredentialWatch::exited() const { return pidfd_ >= 0 && has_exited(pidfd_); }
 
 bool CredentialWatch::changed() const {
   if (!valid() || has_exited(pidfd_)) return false;

@@ -26,8 +26,10 @@ std::optional<ProcessCredentials> parse_credentials(std::string_view status);
 // is never mistaken for it.
 class CredentialWatch {
  public:
-  // Reads the process's credentials now; invalid() if it is already gone or unreadable.
-  explicit CredentialWatch(pid_t pid);
+  // Reads the process's credentials now; not valid() if it is already gone or unreadable.
+  // `pidfd` names the process as it connected (SO_PEERPIDFD; dup'd here); without one (-1)
+  // the watch opens its own on `pid`, which a process of a reused pid could answer.
+  CredentialWatch(pid_t pid, int pidfd);
   ~CredentialWatch();
   CredentialWatch(CredentialWatch&& other) noexcept;
   CredentialWatch& operator=(CredentialWatch&&) = delete;
@@ -36,8 +38,11 @@ class CredentialWatch {
 
   bool valid() const { return pidfd_ >= 0 && initial_.has_value(); }
   // True when the process still runs with other credentials than at the start. An exited
-  // process has not changed (its address space is gone; the DMA side notices that).
+  // process has not changed: exited() says that.
   bool changed() const;
+  // The process that connected is gone, though its connection may live on in a child: the
+  // client ends with it (its quota is counted by pid, which a later process may get).
+  bool exited() const;
 
  private:
   pid_t pid_ = 0;

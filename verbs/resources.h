@@ -35,6 +35,7 @@ struct ClientInfo {
   std::uint64_t id = 0;
   pid_t pid = 0;
   uid_t uid = 0;
+  int pidfd = -1;  // the connecting process (SO_PEERPIDFD), borrowed at connect; -1: none
 };
 
 // A new handle, or the errno that refused it.

@@ -74,6 +74,20 @@ PeerCredentials credentials_of(int fd) {
   return {credentials.pid, credentials.uid, credentials.gid};
 }
 
+// SO_PEERPIDFD (Linux 6.5; Debian 12's headers predate it): a pidfd of the peer as of
+// connect(). -1 if the kernel has none.
+int peer_pidfd(int fd) {
+  constexpr int kSoPeerPidfd = 77;
+  int pidfd = -1;
+  socklen_t length = sizeof(pidfd);
+  if (::getsockopt(fd, SOL_SOCKET, kSoPeerPidfd, &pidfd, &length) != 0) return -1;
+  if (::fcntl(pidfd, F_SETFD, FD_CLOEXEC) != 0) {
+    ::close(pidfd);
+    return -1;
+  }
+  return pidfd;
+}
+
 // Bytes a socket buffer costs beyond its payload (the sk_buff, rounding of its head to a
 // kmalloc size, page fragments), generously: it only sizes a send buffer.
 constexpr std::size_t kSocketBufferOverhead = 16 * 1024;
@@ -274,7 +288,7 @@ void ControlServer::pause_accepting(Instant now) {
 }
 
 void ControlServer::admit(int fd) {
-  const PeerCredentials peer = credentials_of(fd);
+  PeerCredentials peer = credentials_of(fd);
   std::size_t& held = connections_of_uid_[peer.uid];
   if (peer.uid != 0 && held >= limits_.connections_per_uid) {
     ++counters_.refused_per_uid_limit;
@@ -284,6 +298,7 @@ void ControlServer::admit(int fd) {
     return;
   }
   ++held;
+  peer.pidfd = peer_pidfd(fd);
   clients_.emplace(fd, Connection{peer, next_client_id_++, false});
   ++counters_.connections;
   ++counters_.connections_open;
@@ -435,6 +450,7 @@ void ControlServer::forget(int fd) {
     if (--held->second == 0) connections_of_uid_.erase(held);
   }
   --counters_.connections_open;
+  if (it->second.peer.pidfd >= 0) ::close(it->second.peer.pidfd);
   clients_.erase(it);
 }
 

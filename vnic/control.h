@@ -36,6 +36,10 @@ struct PeerCredentials {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  // SO_PEERPIDFD: the process that connected, as it was at connect() (a pid may be reused
+  // by then; this cannot). -1 where the kernel has none (before Linux 6.5). Owned by the
+  // server for the connection's life; VerbsHooks::connected may dup it.
+  int pidfd = -1;
 };
 
 // The reply to one raw request: parses it as hostile input and calls the handler only

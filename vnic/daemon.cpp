@@ -494,7 +494,7 @@ void Daemon::on_link_messages(Instant now) {
 void Daemon::start_control() {
   VerbsHooks hooks;
   hooks.connected = [this](std::uint64_t client, const PeerCredentials& peer) {
-    nic_->client_connected({client, peer.pid, peer.uid});
+    nic_->client_connected({client, peer.pid, peer.uid, peer.pidfd});
   };
   hooks.disconnected = [this](std::uint64_t client) { nic_->client_disconnected(client, Clock::now()); };
   hooks.request = [this](std::uint64_t client, const verbs::control::Message& request,

@@ -688,5 +688,24 @@ TEST_CASE("nic: a client whose process changes credentials is evicted at the nex
   CHECK(nic.counters().clients_evicted == 1);
 }
 
+// Review of issue 16: the process that connected exits while its connection lives on (in a
+// child): the client ends with it, and a later process of its pid is nobody's.
+TEST_CASE("nic: a client whose connecting process exits is evicted at the next look, and a gone one is refused") {
+  CredentialChangingChild child;
+  FakePort port;
+  FakeWatcher watcher;
+  Nic nic(NicConfig{stack::Ipv4Address{kIpA}, stack::MacAddress{{2, 0, 0, 0, 0, 9}}, 1500, true, {}}, port, watcher);
+  std::vector<std::uint64_t> evicted;
+  nic.set_client_evictor([&](std::uint64_t client) { evicted.push_back(client); });
+  REQUIRE(nic.client_connected({7, child.pid(), 0}) == 0);
+  nic.advance(kNow);
+  CHECK(evicted.empty());
+  child.end();
+  REQUIRE(nic.next_deadline());
+  nic.advance(*nic.next_deadline());
+  CHECK(evicted == std::vector<std::uint64_t>{7});
+  CHECK(nic.client_connected({8, child.pid(), 0}) == ESRCH);
+}
+
 }  // namespace
 }  // namespace rrdma::verbs

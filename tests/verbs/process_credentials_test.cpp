@@ -1,6 +1,7 @@
 // The credentials a client process had at connect, and the watch that sees them change
 // (verbs/process_credentials.h): a process that changes credentials loses its resources.
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,12 +41,31 @@ TEST_CASE("credentials: a watch sees a process change credentials, not one that 
     return;
   }
   test::CredentialChangingChild child;
-  CredentialWatch watch(child.pid());
+  CredentialWatch watch(child.pid(), -1);
   REQUIRE(watch.valid());
   CHECK_FALSE(watch.changed());
+  CHECK_FALSE(watch.exited());
   child.change_credentials();
   CHECK(watch.changed());
   child.end();
+  CHECK_FALSE(watch.changed());
+  CHECK(watch.exited());
+}
+
+TEST_CASE("credentials: a watch follows the pidfd it is given, not the pid") {
+  const int own = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0u));
+  REQUIRE(own >= 0);
+  // The pid names a process that is gone; the pidfd, the connecting process, lives.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK_FALSE(CredentialWatch(child, own).valid());  // credentials read by pid: none
+  CredentialWatch watch(::getpid(), own);
+  ::close(own);  // the watch keeps its own duplicate
+  REQUIRE(watch.valid());
+  CHECK_FALSE(watch.exited());
   CHECK_FALSE(watch.changed());
 }
 
@@ -55,6 +75,6 @@ TEST_CASE("credentials: a pid that is gone gives no watch") {
   if (child == 0) ::_exit(0);
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);
-  CHECK_FALSE(CredentialWatch(child).valid());
-  CHECK_FALSE(CredentialWatch(0).valid());
+  CHECK_FALSE(CredentialWatch(child, -1).valid());
+  CHECK_FALSE(CredentialWatch(0, -1).valid());
 }

@@ -296,7 +296,7 @@ TEST_CASE("quotas: the Nic answers ENOMEM at the QP quota, keeps no fd, and serv
   CHECK(side.watcher.watched.size() == 2);  // no doorbell watched for the refused QP
 
   // Another process (another pid) is not affected by the hog's quota.
-  TestClient other(side.nic, 2, ::getpid() + 1);
+  TestClient other(side.nic, 2, ::getppid());  // another live process
   const Device od = open_device(other);
   auto o1 = create_qp(other, od);
   auto o2 = create_qp(other, od);
