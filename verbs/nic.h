@@ -74,6 +74,10 @@ struct NicConfig {
   // What one process may hold (verbs/quotas.h); the daemon sets them from `up`'s options and
   // its descriptor limit. Unlimited by default.
   Quotas quotas;
+  // The descriptors every process together may make the daemon hold for verbs objects (its
+  // limit less its reserve): per-process quotas alone let a few processes of one user take
+  // them all (found by review). Unlimited by default.
+  std::uint64_t descriptor_budget = Quotas::kUnlimited;
 };
 
 // What `rrdma-vnic stats` shows under "verbs". Every refusal and every loss is counted.

@@ -21,8 +21,9 @@ constexpr std::size_t kMaxIovecs = IOV_MAX;
 // page); staying well below it keeps "fewer bytes than asked" meaning "a hole".
 constexpr std::size_t kMaxCallBytes = std::size_t{1} << 30;
 
-// An address in the client is the offset of its byte in the mem file (which allows offsets
-// above 2^63, FMODE_UNSIGNED_OFFSET); it is never dereferenced here.
+// An address in the client is the offset of its byte in the mem file; it is never
+// dereferenced here. pread/pwrite refuse offsets above 2^63 with EINVAL before the mem file
+// sees them (counted as other_errors); no user address is that high.
 off_t offset_of(std::uint64_t address) { return static_cast<off_t>(address); }
 
 bool same_bytes(const DmaTarget& a, const DmaTarget& b, std::uint64_t length_a, std::uint64_t length_b) {

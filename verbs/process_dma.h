@@ -37,7 +37,7 @@ struct DmaCounters {
   // Reads of a gather that named the same bytes as the piece before them (perftest posts one
   // buffer many times): copied from that piece instead of read again.
   std::uint64_t reads_shared = 0;
-  // Write combining (combine_writes_from): writes queued, process_vm_writev calls that
+  // Write combining (combine_writes_from): writes queued, pwritev calls that
   // carried them, and queued writes lost because their call failed at flush().
   std::uint64_t writes_queued = 0;
   std::uint64_t combined_calls = 0;

@@ -24,6 +24,11 @@ ResourceRegistry::Exhausted ResourceRegistry::exhausted(std::uint64_t client_id,
   if (client == clients_.end()) return Exhausted::Nothing;  // insert() answers ENOENT
   const QuotaUse& use = use_.at(client->second.pid);
   if (use.of(kind) >= quotas_.of(kind)) return Exhausted::Objects;
+  if (const std::uint64_t more = descriptors_per(kind); more > 0 && descriptor_budget_ != Quotas::kUnlimited) {
+    std::uint64_t held = 0;
+    for (const auto& [pid, other] : use_) held += other.descriptors();
+    if (held > descriptor_budget_ || more > descriptor_budget_ - held) return Exhausted::Objects;
+  }
   return over_ring_quota(use, ring_bytes) ? Exhausted::RingBytes : Exhausted::Nothing;
 }
 

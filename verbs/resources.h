@@ -94,6 +94,9 @@ class ResourceRegistry {
 
   // Applies to creations from now on; what is held already stays.
   void set_quotas(const Quotas& quotas) { quotas_ = quotas; }
+  // The descriptors all processes' objects together may hold (descriptors_per): past it a
+  // creation is ENOMEM whatever the process's own quota says, counted as a refusal of its kind.
+  void set_descriptor_budget(std::uint64_t descriptors) { descriptor_budget_ = descriptors; }
   const Quotas& quotas() const { return quotas_; }
   // 0, or ENOMEM when one more object of `kind` with `ring_bytes` of rings would take the
   // client's process over a quota (the refusal is counted). Every create below checks this
@@ -192,6 +195,7 @@ class ResourceRegistry {
   std::unordered_map<Handle, Object> objects_;
   std::unordered_map<std::uint32_t, MrRecord> mrs_;  // by L_Key
   Quotas quotas_;
+  std::uint64_t descriptor_budget_ = Quotas::kUnlimited;
   std::unordered_map<pid_t, QuotaUse> use_;  // per process with at least one client
   QuotaRefusals refusals_;
 };

@@ -401,6 +401,8 @@ void Daemon::start_nic(std::vector<std::string>& notes) {
   nic_config.netdev_mtu = config_.mtu;
   nic_config.frame_memory = loop_->receive_memory();
   nic_config.quotas = choose_quotas(notes);
+  nic_config.descriptor_budget =
+      descriptors_.limit > descriptors_.reserved ? descriptors_.limit - descriptors_.reserved : 0;
   nic_.emplace(nic_config, *roce_, watcher_);
   loop_->on_frames_done([this] {
     if (nic_) nic_->end_of_frames();

@@ -342,5 +342,25 @@ TEST_CASE("quotas: the Nic counts mapped ring pages, and a disconnect gives them
   CHECK(side.nic.quota_use().at(0).ring_bytes == event_ring + per_qp);
 }
 
+
+// Review of issue 16: per-process quotas alone let several processes of one user take every
+// descriptor the daemon has; a budget for all of them together keeps the reserve.
+TEST_CASE("quotas: the daemon-wide descriptor budget refuses past it whatever the process's quota", "[verbs][quotas]") {
+  ResourceRegistry registry;
+  registry.set_quotas(quotas_with(ResourceKind::Qp, 4));
+  // Each base (a context, a PD, a CQ) holds 4 + 2 descriptors, each QP 3 (quotas.h).
+  registry.set_descriptor_budget(6 + 6 + 3 * 5);
+  REQUIRE(registry.add_client({1, kPidA, 0}) == 0);
+  REQUIRE(registry.add_client({2, kPidB, 0}) == 0);
+  const Base a = make_base(registry, 1);
+  const Base b = make_base(registry, 2);
+  for (int i = 0; i < 4; ++i) CHECK(create_qp(registry, 1, a).ok());
+  CHECK(create_qp(registry, 1, a).error == ENOMEM);  // A's own quota
+  CHECK(create_qp(registry, 2, b).ok());
+  CHECK(create_qp(registry, 2, b).error == ENOMEM);  // the budget, not B's quota (1 of 4)
+  CHECK(registry.quota_refusals().of(ResourceKind::Qp) == 2);
+  CHECK(registry.admit(2, ResourceKind::Pd, 0) == 0);  // PDs hold no descriptor
+}
+
 }  // namespace
 }  // namespace rrdma::verbs
