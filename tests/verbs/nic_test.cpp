@@ -625,6 +625,28 @@ namespace {
 
 using namespace rrdma::verbs::test;
 
+// A Nic whose evictor records whom it was asked to evict (issue 16's eviction cases).
+struct EvictionScene {
+  EvictionScene() {
+    nic.set_client_evictor([this](std::uint64_t client) { evicted.push_back(client); });
+  }
+  // Connects a client for `pid` and has the Nic take its first look: nobody is evicted.
+  void connect_and_look(std::uint64_t client, pid_t pid) {
+    REQUIRE(nic.client_connected({client, pid, 0}) == 0);
+    nic.advance(kNow);
+    CHECK(evicted.empty());
+  }
+  // The Nic's next look at its clients, at its next deadline.
+  void look_again() {
+    REQUIRE(nic.next_deadline());
+    nic.advance(*nic.next_deadline());
+  }
+  FakePort port;
+  FakeWatcher watcher;
+  Nic nic{NicConfig{stack::Ipv4Address{kIpA}, stack::MacAddress{{2, 0, 0, 0, 0, 9}}, 1500, true, {}}, port, watcher};
+  std::vector<std::uint64_t> evicted;
+};
+
 // Issue 16: a client whose address space goes (its process exec'd or exited while a forked
 // child keeps the connection) loses its resources at the next look, without any DMA, and
 // the evictor is asked to close its connection.
@@ -635,11 +657,9 @@ TEST_CASE("nic: a client whose address space is gone is evicted at the next adva
     ::alarm(60);
     for (;;) ::pause();
   }
-  FakePort port;
-  FakeWatcher watcher;
-  Nic nic(NicConfig{stack::Ipv4Address{kIpA}, stack::MacAddress{{2, 0, 0, 0, 0, 9}}, 1500, true, {}}, port, watcher);
-  std::vector<std::uint64_t> evicted;
-  nic.set_client_evictor([&](std::uint64_t client) { evicted.push_back(client); });
+  EvictionScene scene;
+  Nic& nic = scene.nic;
+  const std::vector<std::uint64_t>& evicted = scene.evicted;
   TestClient user(nic);
   ClientRing events = ClientRing::make(64, sizeof(AsyncEventEntry));
   const int event_fd = user.keep(eventfd_for_test());
@@ -673,17 +693,12 @@ TEST_CASE("nic: a client whose process changes credentials is evicted at the nex
     return;
   }
   CredentialChangingChild child;
-  FakePort port;
-  FakeWatcher watcher;
-  Nic nic(NicConfig{stack::Ipv4Address{kIpA}, stack::MacAddress{{2, 0, 0, 0, 0, 9}}, 1500, true, {}}, port, watcher);
-  std::vector<std::uint64_t> evicted;
-  nic.set_client_evictor([&](std::uint64_t client) { evicted.push_back(client); });
-  REQUIRE(nic.client_connected({7, child.pid(), 0}) == 0);
-  nic.advance(kNow);
-  CHECK(evicted.empty());
+  EvictionScene scene;
+  Nic& nic = scene.nic;
+  const std::vector<std::uint64_t>& evicted = scene.evicted;
+  scene.connect_and_look(7, child.pid());
   child.change_credentials();
-  REQUIRE(nic.next_deadline());
-  nic.advance(*nic.next_deadline());
+  scene.look_again();
   CHECK(evicted == std::vector<std::uint64_t>{7});
   CHECK(nic.counters().clients_evicted == 1);
 }
@@ -692,17 +707,12 @@ TEST_CASE("nic: a client whose process changes credentials is evicted at the nex
 // child): the client ends with it, and a later process of its pid is nobody's.
 TEST_CASE("nic: a client whose connecting process exits is evicted at the next look, and a gone one is refused") {
   CredentialChangingChild child;
-  FakePort port;
-  FakeWatcher watcher;
-  Nic nic(NicConfig{stack::Ipv4Address{kIpA}, stack::MacAddress{{2, 0, 0, 0, 0, 9}}, 1500, true, {}}, port, watcher);
-  std::vector<std::uint64_t> evicted;
-  nic.set_client_evictor([&](std::uint64_t client) { evicted.push_back(client); });
-  REQUIRE(nic.client_connected({7, child.pid(), 0}) == 0);
-  nic.advance(kNow);
-  CHECK(evicted.empty());
+  EvictionScene scene;
+  Nic& nic = scene.nic;
+  const std::vector<std::uint64_t>& evicted = scene.evicted;
+  scene.connect_and_look(7, child.pid());
   child.end();
-  REQUIRE(nic.next_deadline());
-  nic.advance(*nic.next_deadline());
+  scene.look_again();
   CHECK(evicted == std::vector<std::uint64_t>{7});
   CHECK(nic.client_connected({8, child.pid(), 0}) == ESRCH);
 }
