@@ -184,9 +184,8 @@ namespace {
 // procfs file would be written with the daemon's rights (root's: /proc/PID/oom_score_adj,
 // bind-mounted over a file named "mem" in the sender's own mount namespace, passed every
 // check of the path). So the file is judged by what it is, not by its name: a regular procfs
-// file of mode 0600 (the only one in /proc/PID is mem), open read-write, that answers a
-// one-byte read at address 0, which no process maps, with EIO as a living address space's
-// mem file does. Whose mem file it is needs no check: a process can only open the mem file
+// file of mode 0600 (the only one in /proc/PID is mem), open read-write, whose address space
+// a one-byte read at address 0 finds alive (probe_address_space). Whose mem file it is needs no check: a process can only open the mem file
 // of an address space it may ptrace, so the handle never carries more right than its sender
 // had.
 bool is_memory_handle(int fd) {
@@ -196,8 +195,7 @@ bool is_memory_handle(int fd) {
   if (::fstat(fd, &file) != 0 || !S_ISREG(file.st_mode) || (file.st_mode & 07777) != 0600) return false;
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) return false;
-  std::uint8_t byte = 0;
-  return ::pread(fd, &byte, 1, 0) < 0 && errno == EIO;
+  return probe_address_space(fd) == AddressSpace::Alive;
 }
 
 }  // namespace

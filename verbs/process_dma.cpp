@@ -50,14 +50,19 @@ bool ProcessDma::check_moved(int memory, ssize_t moved, std::size_t asked) {
   return false;
 }
 
-bool ProcessDma::still_alive(int memory) {
-  if (known_lost(memory)) return false;
+AddressSpace probe_address_space(int memory) {
   std::uint8_t byte = 0;
   ssize_t moved = 0;
   do {
     moved = ::pread(memory, &byte, 1, 0);
   } while (moved < 0 && errno == EINTR);
-  if (moved != 0) return true;
+  if (moved == 0) return AddressSpace::Gone;
+  return moved < 0 && errno == EIO ? AddressSpace::Alive : AddressSpace::Unknown;
+}
+
+bool ProcessDma::still_alive(int memory) {
+  if (known_lost(memory)) return false;
+  if (probe_address_space(memory) != AddressSpace::Gone) return true;
   check_moved(memory, 0, 1);  // counted and reported lost
   return false;
 }

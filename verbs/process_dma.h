@@ -46,6 +46,13 @@ struct DmaCounters {
 
 using rocev2::DmaPiece;
 
+// What a one-byte read at address 0 of a memory handle says. No process maps that page: a
+// living address space's mem file fails the read with EIO, a gone one (exit, exec) moves 0
+// bytes; anything else is not a mem file we can judge. Used to accept a handle at
+// open_device and to look at it once a second.
+enum class AddressSpace : std::uint8_t { Alive, Gone, Unknown };
+AddressSpace probe_address_space(int memory);
+
 class ProcessDma final : public rocev2::Dma {
  public:
   explicit ProcessDma(const MrTable& table) : table_(table) {}
@@ -85,9 +92,8 @@ class ProcessDma final : public rocev2::Dma {
   // The memory handles whose address space was found gone since the last call (its process
   // exited or exec'd): the owner's resources must go (Nic::evict_lost_clients).
   std::vector<int> take_lost_memories() { return std::exchange(lost_, {}); }
-  // Asks the kernel whether the handle's address space still lives, without touching it: a
-  // one-byte read at address 0, which no process maps, fails with EIO while the address
-  // space lives and moves 0 bytes once it is gone. A gone one is reported as lost.
+  // Asks the kernel whether the handle's address space still lives, without touching it
+  // (probe_address_space). A gone one is reported as lost.
   bool still_alive(int memory);
   // True once a transfer found this handle's address space gone, until take_lost_memories().
   bool known_lost(int memory) const;
