@@ -161,7 +161,10 @@ void Nic::evict_lost_clients(Instant now) {
   }
 }
 
+// On every packet sent: nearly always answered by the empty list of lost handles, before any
+// lookup of the client.
 bool Nic::memory_lost(std::uint64_t client) const {
+  if (!dma_.any_lost()) return false;
   const auto memory = client_memory_.find(client);
   return memory != client_memory_.end() && dma_.known_lost(memory->second);
 }
@@ -185,9 +188,9 @@ namespace {
 // bind-mounted over a file named "mem" in the sender's own mount namespace, passed every
 // check of the path). So the file is judged by what it is, not by its name: a regular procfs
 // file of mode 0600 (the only one in /proc/PID is mem), open read-write, whose address space
-// a one-byte read at address 0 finds alive (probe_address_space). Whose mem file it is needs no check: a process can only open the mem file
-// of an address space it may ptrace, so the handle never carries more right than its sender
-// had.
+// a one-byte read at address 0 finds alive (probe_address_space). Whose mem file it is needs
+// no check: a process can only open the mem file of an address space it may ptrace, so the
+// handle never carries more right than its sender had.
 bool is_memory_handle(int fd) {
   struct statfs filesystem{};
   if (fd < 0 || ::fstatfs(fd, &filesystem) != 0 || filesystem.f_type != PROC_SUPER_MAGIC) return false;

@@ -97,6 +97,7 @@ class ProcessDma final : public rocev2::Dma {
   bool still_alive(int memory);
   // True once a transfer found this handle's address space gone, until take_lost_memories().
   bool known_lost(int memory) const;
+  bool any_lost() const { return !lost_.empty(); }
   // The handle is being closed: its number may name another client's handle next.
   void forget_memory(int memory) { std::erase(lost_, memory); }
 
