@@ -401,8 +401,7 @@ void Daemon::start_nic(std::vector<std::string>& notes) {
   nic_config.netdev_mtu = config_.mtu;
   nic_config.frame_memory = loop_->receive_memory();
   nic_config.quotas = choose_quotas(notes);
-  nic_config.descriptor_budget =
-      descriptors_.limit > descriptors_.reserved ? descriptors_.limit - descriptors_.reserved : 0;
+  nic_config.descriptor_budget = descriptors_.usable();
   nic_.emplace(nic_config, *roce_, watcher_);
   loop_->on_frames_done([this] {
     if (nic_) nic_->end_of_frames();
@@ -442,7 +441,7 @@ verbs::Quotas Daemon::choose_quotas(std::vector<std::string>& notes) {
                                    .max_mr = verbs::caps::kMaxMr};
   const verbs::Quotas quotas =
       config_.quotas.applied_to(verbs::default_quotas(descriptors_.limit, physical_memory(), device));
-  const std::uint64_t usable = descriptors_.limit > descriptors_.reserved ? descriptors_.limit - descriptors_.reserved : 0;
+  const std::uint64_t usable = descriptors_.usable();
   std::string summary;
   for (verbs::ResourceKind kind : verbs::kAllResourceKinds) {
     summary += " " + std::to_string(quotas.of(kind)) + " " + verbs::resource_kind_name(kind) + "s,";

@@ -38,6 +38,8 @@ struct DescriptorReport {
   std::uint64_t limit = 0;
   std::uint64_t hard_limit = 0;
   std::uint64_t reserved = 0;
+  // What the verbs objects of every process together may hold: the limit less the reserve.
+  std::uint64_t usable() const { return limit > reserved ? limit - reserved : 0; }
   std::uint64_t open = 0;
 };
 
