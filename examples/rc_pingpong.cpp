@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "examples/side_channel.h"
-#include "verbs/api.h"
+#include "verbs/app/api.h"
 
 namespace rv = rrdma::verbs;
 

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "examples/side_channel.h"
-#include "verbs/api.h"
+#include "verbs/app/api.h"
 
 namespace rv = rrdma::verbs;
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "verbs/device_caps.h"
+#include "verbs/device/device_caps.h"
 
 namespace rrdma::vnic {
 namespace {

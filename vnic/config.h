@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "stack/addresses.h"
-#include "verbs/quotas.h"
+#include "verbs/device/quotas.h"
 
 namespace rrdma::vnic {
 

@@ -3,7 +3,7 @@
 // request share it, told apart by the first byte (verbs::control::is_admin_json):
 //   - admin JSON: {"cmd":"status"}, {"cmd":"stats"}, {"cmd":"down"}; replies are JSON
 //     objects, errors {"error":"..."};
-//   - verbs frames (first byte 0x89, verbs/control_protocol.h) from the client library,
+//   - verbs frames (first byte 0x89, verbs/contract/control_protocol.h) from the client library,
 //     with memfds and eventfds as SCM_RIGHTS. Each connection is one verbs client (SO_PEERCRED
 //     says who); a frame that does not parse ends the connection, and so does closing it:
 //     the VerbsHooks tear its resources down.
@@ -24,7 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "verbs/control_protocol.h"
+#include "verbs/contract/control_protocol.h"
 #include "vnic/control_limits.h"
 #include "vnic/event_loop.h"
 

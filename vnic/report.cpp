@@ -1,6 +1,6 @@
 #include "vnic/report.h"
 
-#include "verbs/qp_rules.h"
+#include "verbs/device/qp_rules.h"
 
 #include <chrono>
 #include <sstream>

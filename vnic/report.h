@@ -26,7 +26,7 @@
 
 #include "rocev2/engine/engine.h"
 #include "stack/interface.h"
-#include "verbs/nic.h"
+#include "verbs/device/nic.h"
 #include "vnic/config.h"
 #include "vnic/event_loop.h"
 

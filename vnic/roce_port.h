@@ -13,7 +13,7 @@
 
 #include "rocev2/packet.h"
 #include "stack/interface.h"
-#include "verbs/nic.h"
+#include "verbs/device/nic.h"
 
 namespace rrdma::vnic {
 

@@ -59,41 +59,6 @@ std::string labelled_line(std::string_view label, const std::string& text) {
 
 std::string qp_text(std::uint32_t qpn) { return format("0x%06x", qpn); }
 
-std::string_view status_name(rocev2::WcStatus status) {
-  using rocev2::WcStatus;
-  switch (status) {
-    case WcStatus::Success: return "success";
-    case WcStatus::LocLenErr: return "local length error";
-    case WcStatus::LocQpOpErr: return "local QP operation error";
-    case WcStatus::LocProtErr: return "local protection error";
-    case WcStatus::WrFlushErr: return "flushed in error";
-    case WcStatus::BadRespErr: return "bad response";
-    case WcStatus::LocAccessErr: return "local access error";
-    case WcStatus::RemInvReqErr: return "remote invalid request";
-    case WcStatus::RemAccessErr: return "remote access error";
-    case WcStatus::RemOpErr: return "remote operation error";
-    case WcStatus::RetryExcErr: return "transport retry counter exceeded";
-    case WcStatus::RnrRetryExcErr: return "RNR retry counter exceeded";
-    case WcStatus::FatalErr: return "fatal error";
-    case WcStatus::GeneralErr: return "general error";
-  }
-  return "unknown status";
-}
-
-std::string_view completion_name(rocev2::WcOpcode opcode) {
-  using rocev2::WcOpcode;
-  switch (opcode) {
-    case WcOpcode::Send: return "SEND";
-    case WcOpcode::RdmaWrite: return "RDMA_WRITE";
-    case WcOpcode::RdmaRead: return "RDMA_READ";
-    case WcOpcode::CompSwap: return "COMP_SWAP";
-    case WcOpcode::FetchAdd: return "FETCH_ADD";
-    case WcOpcode::Recv: return "RECV";
-    case WcOpcode::RecvRdmaWithImm: return "RECV_RDMA_WITH_IMM";
-  }
-  return "?";
-}
-
 std::string ack_text(std::uint8_t syndrome) {
   switch (ack_kind(syndrome)) {
     case AckKind::Ack: return "ACK";
@@ -472,8 +437,8 @@ void Tracer::completion(const rocev2::Completion& cqe) {
   nested_tx_ = false;
   append(TraceLayer::Verbs, "verbs",
          format("cqe %s qp %s %s %s len %u wr_id 0x%" PRIx64, cqe.send_queue ? "send" : "recv",
-                qp_text(cqe.qpn.value()).c_str(), std::string(completion_name(cqe.opcode)).c_str(),
-                std::string(status_name(cqe.status)).c_str(), cqe.byte_len, cqe.wr_id),
+                qp_text(cqe.qpn.value()).c_str(), std::string(rocev2::name(cqe.opcode)).c_str(),
+                std::string(rocev2::name(cqe.status)).c_str(), cqe.byte_len, cqe.wr_id),
          cqe.qpn.value());
 }
 

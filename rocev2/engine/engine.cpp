@@ -219,12 +219,12 @@ void Engine::Impl::reset(Qp& qp) {
 
 // IBA ch. 10 / ch. 11: in the error state every outstanding WQE completes with
 // "flushed in error", whether it asked for a completion or not.
-void Engine::Impl::enter_error(Qp& qp, std::string_view cause, std::optional<AsyncEventType> event) {
+void Engine::Impl::enter_error(Qp& qp, std::string_view cause, std::optional<EventType> event) {
   if (qp.attr.state == QpState::Err) return;
   set_state(qp, QpState::Err, cause);
   if (event) host_.async_event({qp.qpn, *event});
   flush(qp);
-  if (qp.uses_srq) host_.async_event({qp.qpn, AsyncEventType::LastWqeReached});
+  if (qp.uses_srq) host_.async_event({qp.qpn, EventType::QpLastWqeReached});
 }
 
 void Engine::Impl::enter_send_queue_error(Qp& qp, std::string_view cause) {
@@ -281,16 +281,7 @@ void Engine::Impl::complete_send(Qp& qp, const SendWqe& w, WcStatus status) {
   c.send_queue = true;
   c.wr_id = w.wr.wr_id;
   c.status = status;
-  switch (w.wr.opcode) {
-    case WrOpcode::Send:
-    case WrOpcode::SendWithImm:
-    case WrOpcode::SendWithInv: c.opcode = WcOpcode::Send; break;
-    case WrOpcode::RdmaWrite:
-    case WrOpcode::RdmaWriteWithImm: c.opcode = WcOpcode::RdmaWrite; break;
-    case WrOpcode::RdmaRead: c.opcode = WcOpcode::RdmaRead; break;
-    case WrOpcode::AtomicCmpSwp: c.opcode = WcOpcode::CompSwap; break;
-    case WrOpcode::AtomicFetchAdd: c.opcode = WcOpcode::FetchAdd; break;
-  }
+  c.opcode = wr_opcode_info(w.wr.opcode).completion;
   c.byte_len = static_cast<std::uint32_t>(w.is_atomic() ? 8 : w.length);
   observer_->on_completion(c);
   host_.complete(c);
@@ -327,16 +318,8 @@ void Engine::Impl::start_sends(Qpn qpn, Instant now) {
 VerbResult Engine::Impl::queue_send(Qpn qpn, SendWr wr) {
   Qp* qp = find(qpn);
   if (!qp) return VerbResult::NoSuchQp;
-  const bool ok_for_type = [&] {
-    switch (wr.opcode) {
-      case WrOpcode::Send:
-      case WrOpcode::SendWithImm: return true;
-      case WrOpcode::RdmaWrite:
-      case WrOpcode::RdmaWriteWithImm: return qp->type != QpType::Ud;
-      default: return qp->type == QpType::Rc;
-    }
-  }();
-  if (!ok_for_type) return VerbResult::InvalidArgument;
+  const WrOpcodeInfo& op = wr_opcode_info(wr.opcode);
+  if (!op.implemented || !op.allowed_on(qp->type)) return VerbResult::InvalidArgument;
   const QpState s = qp->attr.state;
   if (s == QpState::Reset || s == QpState::Init || s == QpState::Rtr) return VerbResult::InvalidState;
   if (qp->req.sq.size() >= qp->max_send_wr) return VerbResult::QueueFull;

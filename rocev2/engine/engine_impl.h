@@ -61,20 +61,20 @@ struct Verdict {
   enum class Kind : std::uint8_t { Ok, Rnr, Nak, Drop } kind = Kind::Ok;
   NakCode code = NakCode::InvalidRequest;
   WcStatus recv_status = WcStatus::RemInvReqErr;  // for a receive WQE consumed by the message
-  AsyncEventType event = AsyncEventType::QpReqErr;
+  EventType event = EventType::QpReqErr;
   std::string_view why;
 
   static Verdict ok() { return {}; }
-  static Verdict rnr() { return {Kind::Rnr, NakCode::InvalidRequest, WcStatus::Success, AsyncEventType::QpReqErr, "no receive WQE"}; }
-  static Verdict drop(std::string_view why) { return {Kind::Drop, NakCode::InvalidRequest, WcStatus::Success, AsyncEventType::QpReqErr, why}; }
+  static Verdict rnr() { return {Kind::Rnr, NakCode::InvalidRequest, WcStatus::Success, EventType::QpReqErr, "no receive WQE"}; }
+  static Verdict drop(std::string_view why) { return {Kind::Drop, NakCode::InvalidRequest, WcStatus::Success, EventType::QpReqErr, why}; }
   static Verdict invalid_request(std::string_view why, WcStatus s = WcStatus::RemInvReqErr) {
-    return {Kind::Nak, NakCode::InvalidRequest, s, AsyncEventType::QpReqErr, why};
+    return {Kind::Nak, NakCode::InvalidRequest, s, EventType::QpReqErr, why};
   }
   static Verdict access_error(std::string_view why) {
-    return {Kind::Nak, NakCode::RemoteAccessError, WcStatus::RemAccessErr, AsyncEventType::QpAccessErr, why};
+    return {Kind::Nak, NakCode::RemoteAccessError, WcStatus::RemAccessErr, EventType::QpAccessErr, why};
   }
   static Verdict operational_error(std::string_view why, WcStatus s = WcStatus::LocProtErr) {
-    return {Kind::Nak, NakCode::RemoteOperationalError, s, AsyncEventType::QpFatal, why};
+    return {Kind::Nak, NakCode::RemoteOperationalError, s, EventType::QpFatal, why};
   }
 };
 
@@ -206,7 +206,7 @@ class Engine::Impl {
   const Qp* find(Qpn qpn) const;
   bool headers_present(const TransportPacket& p, OpcodeFlags flags) const;
   void set_state(Qp& qp, QpState to, std::string_view cause);
-  void enter_error(Qp& qp, std::string_view cause, std::optional<AsyncEventType> event);
+  void enter_error(Qp& qp, std::string_view cause, std::optional<EventType> event);
   void enter_send_queue_error(Qp& qp, std::string_view cause);
   void flush(Qp& qp);
   void flush_send_queue(Qp& qp);

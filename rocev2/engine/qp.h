@@ -32,11 +32,9 @@ struct SendWqe {
 
   Psn last_psn() const { return first_psn + (packets - 1); }
   bool fully_sent() const { return started && next_packet >= packets; }
-  bool is_read() const { return wr.opcode == WrOpcode::RdmaRead; }
-  bool is_atomic() const {
-    return wr.opcode == WrOpcode::AtomicCmpSwp || wr.opcode == WrOpcode::AtomicFetchAdd;
-  }
-  bool needs_response_data() const { return is_read() || is_atomic(); }
+  bool is_read() const { return wr_opcode_info(wr.opcode).read; }
+  bool is_atomic() const { return wr_opcode_info(wr.opcode).atomic; }
+  bool needs_response_data() const { return wr_opcode_info(wr.opcode).needs_response_data(); }
   bool contains(Psn p) const { return started && p.distance_from(first_psn) < packets; }
 };
 

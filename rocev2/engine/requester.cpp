@@ -9,41 +9,6 @@
 
 namespace rrdma::rocev2 {
 
-namespace {
-
-Opcode with_transport(QpType type, Opcode rc) {
-  // UC opcodes are the RC ones with the transport bits 001 (the IBA OpCode table).
-  if (type == QpType::Uc) return static_cast<Opcode>(static_cast<std::uint8_t>(rc) | 0x20);
-  return rc;
-}
-
-Opcode send_opcode(WrOpcode op, bool first, bool last) {
-  if (first && last) {
-    if (op == WrOpcode::SendWithImm) return Opcode::RcSendOnlyImm;
-    if (op == WrOpcode::SendWithInv) return Opcode::RcSendOnlyInv;
-    return Opcode::RcSendOnly;
-  }
-  if (first) return Opcode::RcSendFirst;
-  if (!last) return Opcode::RcSendMiddle;
-  if (op == WrOpcode::SendWithImm) return Opcode::RcSendLastImm;
-  if (op == WrOpcode::SendWithInv) return Opcode::RcSendLastInv;
-  return Opcode::RcSendLast;
-}
-
-Opcode write_opcode(WrOpcode op, bool first, bool last) {
-  const bool imm = op == WrOpcode::RdmaWriteWithImm;
-  if (first && last) return imm ? Opcode::RcWriteOnlyImm : Opcode::RcWriteOnly;
-  if (first) return Opcode::RcWriteFirst;
-  if (!last) return Opcode::RcWriteMiddle;
-  return imm ? Opcode::RcWriteLastImm : Opcode::RcWriteLast;
-}
-
-bool is_send(WrOpcode op) {
-  return op == WrOpcode::Send || op == WrOpcode::SendWithImm || op == WrOpcode::SendWithInv;
-}
-
-}  // namespace
-
 void Engine::Impl::pump(Qp& qp, Instant now) {
   const ReadAheadScope read_ahead(read_ahead_);
   Requester& r = qp.req;
@@ -143,7 +108,7 @@ bool Engine::Impl::send_next_packet(Qp& qp, SendWqe& w, Instant now) {
 // response packet (IBA ch. 9: the responder treats it as a duplicate and re-reads).
 void Engine::Impl::send_read_request(Qp& qp, SendWqe& w, TransportPacket& p) {
   const std::uint64_t offset = std::uint64_t{w.next_packet} * qp.attr.path_mtu;
-  p.bth.opcode = Opcode::RcReadRequest;
+  p.bth.opcode = wr_opcode_info(w.wr.opcode).only;
   p.bth.ack_req = true;
   w.read_restart = w.next_packet;
   p.reth = Reth{w.wr.remote_addr + offset, w.wr.rkey, static_cast<std::uint32_t>(w.length - std::min(offset, w.length))};
@@ -153,7 +118,7 @@ void Engine::Impl::send_read_request(Qp& qp, SendWqe& w, TransportPacket& p) {
 
 void Engine::Impl::send_atomic_request(Qp& qp, SendWqe& w, TransportPacket& p) {
   const bool cas = w.wr.opcode == WrOpcode::AtomicCmpSwp;
-  p.bth.opcode = cas ? Opcode::RcCompareSwap : Opcode::RcFetchAdd;
+  p.bth.opcode = wr_opcode_info(w.wr.opcode).only;
   p.bth.ack_req = true;
   p.atomic_eth = AtomicEth{w.wr.remote_addr, w.wr.rkey, cas ? w.wr.swap : w.wr.compare_add,
                            cas ? w.wr.compare_add : 0};
@@ -170,20 +135,17 @@ bool Engine::Impl::fill_segment(Qp& qp, SendWqe& w, TransportPacket& p) {
   const std::size_t size = static_cast<std::size_t>(std::min<std::uint64_t>(mtu, w.length - offset));
   const bool first = w.next_packet == 0;
   const bool last = w.next_packet + 1 >= w.packets;
-  const WrOpcode op = w.wr.opcode;
+  const WrOpcodeInfo& op = wr_opcode_info(w.wr.opcode);
+  p.bth.opcode = op.request_opcode(qp.type, first, last);
   if (qp.type == QpType::Ud) {
-    p.bth.opcode = op == WrOpcode::SendWithImm ? Opcode::UdSendOnlyImm : Opcode::UdSendOnly;
     // IBA ch. 10 (Q_Keys): a WR Q_Key with the high bit set means "use the QP's own Q_Key".
     const Qkey qkey = (w.wr.ud_remote_qkey.value() & 0x8000'0000u) ? qp.attr.qkey : w.wr.ud_remote_qkey;
     p.deth = Deth{qkey, qp.qpn};
-  } else if (is_send(op)) {
-    p.bth.opcode = with_transport(qp.type, send_opcode(op, first, last));
-  } else {
-    p.bth.opcode = with_transport(qp.type, write_opcode(op, first, last));
-    if (first) p.reth = Reth{w.wr.remote_addr, w.wr.rkey, static_cast<std::uint32_t>(w.length)};
+  } else if (first && op.reth) {
+    p.reth = Reth{w.wr.remote_addr, w.wr.rkey, static_cast<std::uint32_t>(w.length)};
   }
-  if (last && (op == WrOpcode::SendWithImm || op == WrOpcode::RdmaWriteWithImm)) p.imm = ImmDt{w.wr.imm_data};
-  if (last && op == WrOpcode::SendWithInv) p.ieth = Ieth{w.wr.invalidate_rkey};
+  if (last && op.imm) p.imm = ImmDt{w.wr.imm_data};
+  if (last && op.ieth) p.ieth = Ieth{w.wr.invalidate_rkey};
   p.bth.solicited = last && (w.wr.flags & send_flags::kSolicited) != 0;
   if (qp.type == QpType::Rc) {
     // rxe's policy, seen in every capture: AckReq on the last packet of a message, and
@@ -347,7 +309,7 @@ void Engine::Impl::report_drained(Qp& qp) {
   const bool outstanding = std::any_of(r.sq.begin(), r.sq.end(), [](const SendWqe& w) { return w.started; });
   if (outstanding) return;
   r.drain_reported = true;
-  host_.async_event({qp.qpn, AsyncEventType::SqDrained});
+  host_.async_event({qp.qpn, EventType::SqDrained});
 }
 
 }  // namespace rrdma::rocev2

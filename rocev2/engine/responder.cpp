@@ -27,7 +27,7 @@ void Engine::Impl::on_request(Qp& qp, const TransportPacket& p, const PacketSour
     // IBA ch. 11 (async events): the first packet received in RTR raises "communication
     // established".
     qp.resp.comm_established = true;
-    if (qp.attr.state == QpState::Rtr) host_.async_event({qp.qpn, AsyncEventType::CommEstablished});
+    if (qp.attr.state == QpState::Rtr) host_.async_event({qp.qpn, EventType::CommEst});
   }
   if (qp.type == QpType::Rc) rc_request(qp, p);
   else uc_request(qp, p);

@@ -1,5 +1,5 @@
 // What must hold for any bytes a local client sends as a verbs control frame
-// (verbs/control_protocol.h), shared by the libFuzzer target (fuzz_control_frame.cpp) and the
+// (verbs/contract/control_protocol.h), shared by the libFuzzer target (fuzz_control_frame.cpp) and the
 // ctest replay of its findings (control_regressions_test.cpp).
 //
 // Input: byte 0 says how many fds travel with the frame (its low 3 bits, 0..7: up to three
@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-#include "verbs/control_protocol.h"
+#include "verbs/contract/control_protocol.h"
 
 namespace rrdma::fuzz {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "verbs/control_protocol.h"
+#include "verbs/contract/control_protocol.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// What must hold for any text given to parse_credentials (verbs/process_credentials.h), the
+// What must hold for any text given to parse_credentials (verbs/device/process_credentials.h), the
 // parser of /proc/PID/status that tells whether a client process changed credentials:
 // shared by the libFuzzer target (fuzz_credentials.cpp) and the ctest replay.
 //  - it never reads outside the text (ASan) and never throws;
@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "stack/bytes.h"
-#include "verbs/process_credentials.h"
+#include "verbs/device/process_credentials.h"
 
 namespace rrdma::fuzz {
 

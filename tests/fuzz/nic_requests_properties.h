@@ -1,5 +1,5 @@
 // What must hold for any sequence of decoded verbs requests that local clients send the
-// daemon's Nic (verbs/nic.h, Nic::handle), shared by the libFuzzer target
+// daemon's Nic (verbs/device/nic.h, Nic::handle), shared by the libFuzzer target
 // (fuzz_nic_requests.cpp) and the ctest replay of its findings (control_regressions_test.cpp).
 //
 // The Nic runs as in tests/verbs/nic_test.cpp: in this process, a fake packet port and a fake
@@ -42,9 +42,9 @@
 #include <vector>
 
 #include "tests/fuzz/control_frame_properties.h"
-#include "verbs/abi.h"
-#include "verbs/nic.h"
-#include "verbs/ring.h"
+#include "verbs/contract/abi.h"
+#include "verbs/device/nic.h"
+#include "verbs/contract/ring.h"
 
 namespace rrdma::fuzz {
 

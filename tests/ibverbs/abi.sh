@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ABI of our drop-in libraries against Debian's (docs/IBVERBS.md, verbs/ibverbs/IMPORTS.md):
+# The ABI of our drop-in libraries against Debian's (docs/IBVERBS.md, verbs/app/ibverbs/IMPORTS.md):
 #  1. every symbol@version that Debian's ibverbs-utils and perftest programs, pyverbs' core
 #     modules and librdmacm import from libibverbs.so.1 / libmlx5.so.1 / libefa.so.1 is
 #     exported by ours with that version (the programs are BIND_NOW: one missing symbol and

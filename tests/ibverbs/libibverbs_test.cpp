@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "verbs/client.h"
+#include "verbs/app/client.h"
 
 using namespace rrdma;
 using namespace rrdma::verbs;

@@ -47,7 +47,7 @@ TEST_CASE("two RC QPs share one SRQ and an error on one leaves the SRQ to the ot
   REQUIRE(p.b.engine.modify_qp(b_qp[0], err, qp_attr::kState, p.now) == VerbResult::Ok);
   CHECK(srq.size() == 2);  // not flushed: the SRQ is not the QP's
   REQUIRE_FALSE(p.b.host.events.empty());
-  CHECK(p.b.host.events.back().type == AsyncEventType::LastWqeReached);
+  CHECK(p.b.host.events.back().type == EventType::QpLastWqeReached);
   CHECK(p.b.host.events.back().qpn == b_qp[0]);
 
   p.b.host.completions.clear();

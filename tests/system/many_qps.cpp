@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "verbs/api.h"
+#include "verbs/app/api.h"
 
 namespace v = rrdma::verbs;
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "verbs/api.h"
+#include "verbs/app/api.h"
 
 namespace {
 

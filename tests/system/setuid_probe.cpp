@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "verbs/api.h"
+#include "verbs/app/api.h"
 
 namespace rv = rrdma::verbs;
 

@@ -1,5 +1,5 @@
 // rrdma_verbs_peer: the program the verbs system tests (tests/system/verbs_*.sh) run on both
-// sides, written against the C++ API (verbs/api.h) as an application would be.
+// sides, written against the C++ API (verbs/app/api.h) as an application would be.
 //
 // One program, two roles: `--server` (in namespace A, on vnic A) and `--connect IP` (in
 // namespace B, on vnic B). They meet over TCP (the namespaces' veths), then run the same
@@ -28,7 +28,7 @@
 #include <thread>
 
 #include "tests/system/verbs_peer_support.h"
-#include "verbs/api.h"
+#include "verbs/app/api.h"
 
 namespace rrdma::systest {
 namespace {
@@ -178,7 +178,7 @@ Link make_link(Peer& peer, Transport transport) {
   caps.max_send_wr = 16;
   caps.max_recv_wr = 16;
   caps.max_send_sge = static_cast<std::uint32_t>(peer.options.sges);
-  // UD receives take one more SGE for the GRH, within the WQE's 16 (verbs/abi.h).
+  // UD receives take one more SGE for the GRH, within the WQE's 16 (verbs/contract/abi.h).
   caps.max_recv_sge = static_cast<std::uint32_t>(std::min<std::size_t>(peer.options.sges + 1, kMaxSges));
   v::QueuePair qp = peer.pd.create_qp(qp_type(transport), cq, caps);
   const v::Endpoint local = qp.local_endpoint();

@@ -10,8 +10,9 @@
 #include <random>
 #include <vector>
 
-#include "verbs/abi.h"
-#include "verbs/ring.h"
+#include "verbs/contract/abi.h"
+#include "verbs/device/wqe_translate.h"
+#include "verbs/contract/ring.h"
 
 using namespace rrdma;
 using namespace rrdma::verbs;

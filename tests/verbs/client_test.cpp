@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "verbs/api.h"
-#include "verbs/client.h"
+#include "verbs/app/api.h"
+#include "verbs/app/client.h"
 
 using namespace rrdma;
 using namespace rrdma::verbs;

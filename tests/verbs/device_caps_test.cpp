@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "verbs/device_caps.h"
+#include "verbs/device/device_caps.h"
 
 using namespace rrdma::verbs;
 using rrdma::stack::Ipv4Address;

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "verbs/mr_table.h"
+#include "verbs/device/mr_table.h"
 
 namespace rrdma::verbs::test {
 

@@ -10,8 +10,8 @@
 #include "rocev2/engine/engine.h"
 #include "tests/sim/engine_harness.h"
 #include "tests/verbs/dma_child.h"
-#include "verbs/mr_table.h"
-#include "verbs/process_dma.h"
+#include "verbs/device/mr_table.h"
+#include "verbs/device/process_dma.h"
 
 namespace {
 

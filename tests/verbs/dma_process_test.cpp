@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "tests/verbs/dma_child.h"
-#include "verbs/mr_table.h"
-#include "verbs/process_dma.h"
+#include "verbs/device/mr_table.h"
+#include "verbs/device/process_dma.h"
 
 using namespace rrdma::verbs;
 using namespace rrdma::verbs::test;

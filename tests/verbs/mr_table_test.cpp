@@ -17,7 +17,7 @@
 #include <set>
 #include <vector>
 
-#include "verbs/mr_table.h"
+#include "verbs/device/mr_table.h"
 
 namespace {
 

@@ -18,8 +18,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "verbs/device_caps.h"
-#include "verbs/nic.h"
+#include "verbs/device/device_caps.h"
+#include "verbs/device/nic.h"
 
 namespace rrdma::verbs::test {
 

@@ -28,8 +28,8 @@
 #include "rocev2/wire.h"
 #include "tests/verbs/credential_child.h"
 #include "tests/verbs/nic_client.h"
-#include "verbs/device_caps.h"
-#include "verbs/nic.h"
+#include "verbs/device/device_caps.h"
+#include "verbs/device/nic.h"
 
 namespace rrdma::verbs {
 namespace {

@@ -1,5 +1,5 @@
 // The credentials a client process had at connect, and the watch that sees them change
-// (verbs/process_credentials.h): a process that changes credentials loses its resources.
+// (verbs/device/process_credentials.h): a process that changes credentials loses its resources.
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "tests/verbs/credential_child.h"
-#include "verbs/process_credentials.h"
+#include "verbs/device/process_credentials.h"
 
 using namespace rrdma::verbs;
 

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string>
 
-#include "verbs/device_caps.h"
-#include "verbs/qp_rules.h"
+#include "verbs/device/device_caps.h"
+#include "verbs/device/qp_rules.h"
 
 using rrdma::rocev2::QpType;
 using namespace rrdma::verbs;

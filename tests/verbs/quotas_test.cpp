@@ -1,8 +1,8 @@
-// Per-process quotas (verbs/quotas.h): the registry's accounting (refusal at the quota with
+// Per-process quotas (verbs/device/quotas.h): the registry's accounting (refusal at the quota with
 // ENOMEM, release on destroy and on disconnect, one process's connections counted together,
 // ring bytes), the defaults derived from a descriptor limit, and the Nic refusing a create
 // cleanly (ENOMEM, nothing kept, no descriptor leaked) while another process still creates.
-#include "verbs/quotas.h"
+#include "verbs/device/quotas.h"
 
 #include <dirent.h>
 
@@ -12,9 +12,9 @@
 #include <optional>
 
 #include "tests/verbs/nic_client.h"
-#include "verbs/device_caps.h"
-#include "verbs/nic.h"
-#include "verbs/resources.h"
+#include "verbs/device/device_caps.h"
+#include "verbs/device/nic.h"
+#include "verbs/device/resources.h"
 
 namespace rrdma::verbs {
 namespace {

@@ -1,6 +1,6 @@
 // The resource registry: ownership isolation between clients, the verbs EBUSY rules, the
 // teardown order of a dead client, and handles that are unique and never come back.
-#include "verbs/resources.h"
+#include "verbs/device/resources.h"
 
 #include <catch2/catch.hpp>
 

@@ -16,7 +16,7 @@
 #include <new>
 #include <vector>
 
-#include "verbs/ring.h"
+#include "verbs/contract/ring.h"
 
 using namespace rrdma;
 using namespace rrdma::verbs;

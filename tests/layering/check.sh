@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The process boundary inside verbs/ (docs/ARCHITECTURE.md, "The house"), checked on what
+# was built and on the sources:
+#  1. the libraries an application loads (the drop-in libibverbs.so.1, the stand-in
+#     providers, the client library, the contract) need none of the daemon's libraries:
+#     not the device, the engine, the stack, the vnic, ISA-L, liburing or libnl;
+#  2. application-side and contract sources include only application-side and contract
+#     headers, and the header-only verbs vocabulary of rocev2/ and stack/ listed below;
+#     the contract includes nothing of the application side, and the device nothing of it
+#     either.
+# Before checking, it shows that each check can fail: the daemon's own device library must
+# fail check 1, and a planted include of the engine must fail check 2.
+#
+# Usage: check.sh SOURCE_DIR LIBRARY...
+set -uo pipefail
+
+source_dir=$1
+shift
+libraries=("$@")
+
+# Header-only vocabulary both sides may name (each includes only others of this list).
+allowed_shared=(rocev2/verbs_codes.h rocev2/opcode.h rocev2/types.h stack/bytes.h)
+forbidden_needed='librrdma_verbs_device|librrdma_rocev2|librrdma_stack|librrdma_vnic|libisal|liburing|libnl'
+
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# The NEEDED entries of a library, one per line; fails if readelf cannot read it.
+needed_of() {
+  local out
+  out=$(readelf -d "$1" 2>&1) || { echo "readelf failed on $1: $out" >&2; return 1; }
+  grep -o 'Shared library: \[[^]]*\]' <<<"$out" | sed 's/.*\[\(.*\)\]/\1/'
+}
+
+# check 1 for one library: prints the offending entries, returns 1 if there are any.
+check_needed() {
+  local needed
+  needed=$(needed_of "$1") || return 2
+  # Every shared library we build needs libc: an empty list means readelf read nothing.
+  grep -qx 'libc.so.6' <<<"$needed" || { echo "no libc.so.6 among NEEDED of $1: not read?"; return 2; }
+  local bad
+  bad=$(grep -E "^($forbidden_needed)" <<<"$needed")
+  [[ -z $bad ]] && return 0
+  echo "$1 needs: $(tr '\n' ' ' <<<"$bad")"
+  return 1
+}
+
+is_allowed_include() {  # $1 = the including file's area (app|contract|vocabulary), $2 = the header
+  local header=$2
+  for h in "${allowed_shared[@]}"; do [[ $header == "$h" ]] && return 0; done
+  [[ $header == verbs/contract/* ]] && return 0
+  [[ $1 == app && $header == verbs/app/* ]] && return 0
+  return 1
+}
+
+# check 2 over the files given: prints each include that crosses the boundary.
+check_includes() {  # $1 = area, then files
+  local area=$1 status=0
+  shift
+  for file in "$@"; do
+    while IFS= read -r header; do
+      is_allowed_include "$area" "$header" || { echo "$file includes \"$header\""; status=1; }
+    done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
+  done
+  return $status
+}
+
+sources_of() { find "$source_dir/$1" -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.c' \) | sort; }
+
+# --- the checks can fail -------------------------------------------------------------
+device_library=""
+for lib in "${libraries[@]}"; do
+  [[ $lib == *librrdma_verbs_device* ]] && device_library=$lib
+done
+app_libraries=()
+for lib in "${libraries[@]}"; do [[ $lib != "$device_library" ]] && app_libraries+=("$lib"); done
+if [[ -z $device_library ]]; then
+  fail "the device library was not given: the self-check of check 1 cannot run"
+elif check_needed "$device_library" >/dev/null; then
+  fail "check 1 passes the daemon's device library, which links the engine: it cannot fail"
+fi
+planted=$(mktemp --suffix=.cpp)
+trap 'rm -f "$planted"' EXIT
+printf '#include "verbs/app/client.h"\n#include "rocev2/engine/engine.h"\n' >"$planted"
+check_includes app "$planted" >/dev/null && fail "check 2 accepts an include of the engine: it cannot fail"
+
+# --- check 1 ---------------------------------------------------------------------------
+[[ ${#app_libraries[@]} -ge 4 ]] || fail "expected at least 4 application-side libraries, got ${#app_libraries[@]}"
+for lib in "${app_libraries[@]}"; do
+  if out=$(check_needed "$lib"); then
+    echo "ok: $(basename "$lib") needs none of the daemon's libraries"
+  else
+    fail "$out"
+  fi
+done
+
+# --- check 2 ---------------------------------------------------------------------------
+mapfile -t app_sources < <(sources_of verbs/app)
+mapfile -t contract_sources < <(sources_of verbs/contract)
+mapfile -t device_sources < <(sources_of verbs/device)
+vocabulary=()
+for h in "${allowed_shared[@]}"; do vocabulary+=("$source_dir/$h"); done
+[[ ${#app_sources[@]} -gt 0 && ${#contract_sources[@]} -gt 0 ]] || fail "no sources found under $source_dir/verbs"
+out=$(check_includes app "${app_sources[@]}") || fail "application side: $out"
+out=$(check_includes contract "${contract_sources[@]}") || fail "contract: $out"
+# The vocabulary may include only itself (nothing of the contract either).
+for file in "${vocabulary[@]}"; do
+  while IFS= read -r header; do
+    ok=1
+    for h in "${allowed_shared[@]}"; do [[ $header == "$h" ]] && ok=0; done
+    [[ $ok == 0 ]] || fail "$file (shared vocabulary) includes \"$header\""
+  done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
+done
+if grep -n '#include "verbs/app/' "${device_sources[@]}"; then fail "the device includes the application side"; fi
+echo "checked ${#app_sources[@]} application-side, ${#contract_sources[@]} contract and ${#device_sources[@]} device sources"
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures layering failure(s)"
+  exit 1
+fi
+echo "layering holds"

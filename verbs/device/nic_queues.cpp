@@ -1,0 +1,414 @@
+// The Nic's data path: doorbells, the SQ ring drained into the engine, receive queues over
+// the RQ/SRQ rings, completions into CQ rings, async events into the context's event ring
+// (docs/VERBS_DATAPATH.md). The engine's callbacks (EngineHost) must not call back into the
+// engine, so whatever needs the engine (moving a QP to error, posting held work) is queued
+// and done by settle() after the engine returns.
+#include <infiniband/verbs.h>
+#include <sys/uio.h>
+
+#include <utility>
+
+#include "rocev2/encap.h"
+#include "verbs/device/device_caps.h"
+#include "verbs/device/nic.h"
+#include "verbs/device/nic_state.h"
+#include "verbs/device/wqe_translate.h"
+
+namespace rrdma::verbs {
+namespace {
+
+// settle() stops after this many rounds of deferred work; the rest waits for the next turn
+// of the loop (next_deadline() says "now"), so one busy client cannot hold the loop.
+constexpr int kSettleRounds = 8;
+
+// Clears a doorbell eventfd. preadv2(RWF_NOWAIT), not read(): the client shares the open
+// file description and may have cleared O_NONBLOCK on it (docs/VERBS_DATAPATH.md).
+void clear_eventfd(int fd) {
+  std::uint64_t count = 0;
+  iovec piece{&count, sizeof(count)};
+  [[maybe_unused]] const ssize_t n = ::preadv2(fd, &piece, 1, -1, RWF_NOWAIT);
+}
+
+rocev2::WcOpcode completion_opcode(std::uint8_t wr_opcode) {
+  return rocev2::wr_opcode_info(static_cast<rocev2::WrOpcode>(wr_opcode)).completion;
+}
+Cqe error_cqe(rocev2::Qpn qpn, std::uint64_t wr_id, rocev2::WcStatus status, rocev2::WcOpcode opcode) {
+  rocev2::Completion c;
+  c.qpn = qpn;
+  c.wr_id = wr_id;
+  c.status = status;
+  c.opcode = opcode;
+  return to_cqe(c);
+}
+
+rocev2::WcStatus status_for(WqeError error) {
+  return error == WqeError::MessageTooLong ? rocev2::WcStatus::LocLenErr : rocev2::WcStatus::LocQpOpErr;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ receive queue adapter
+
+const rocev2::RecvWr* Nic::RingReceiveQueue::front() const {
+  if (head_) return &*head_;
+  if (failed_) return nullptr;
+  RecvWqe wqe{};
+  switch (ring_.try_pop_value(wqe)) {
+    case PopResult::Empty: return nullptr;
+    case PopResult::Broken: fail(); return nullptr;
+    case PopResult::Popped: break;
+  }
+  const WqeCheck check = check_recv_wqe(wqe);
+  if (check.error != WqeError::None) {
+    refused_ = wqe;
+    refusal_ = check.error;
+    fail();
+    return nullptr;
+  }
+  head_ = to_recv_wr(wqe);
+  return &*head_;
+}
+
+void Nic::RingReceiveQueue::pop() {
+  head_.reset();
+  on_pop_();
+}
+
+std::size_t Nic::RingReceiveQueue::size() const {
+  return (head_ ? 1 : 0) + (failed_ ? 0 : ring_.available());
+}
+
+void Nic::RingReceiveQueue::fail() const {
+  if (failed_) return;
+  failed_ = true;
+  on_failure_();
+}
+
+// ------------------------------------------------------------------ send path
+
+void Nic::on_doorbell(Handle handle, Instant now) {
+  auto it = qps_.find(handle);
+  if (it == qps_.end()) return;
+  now_ = now;
+  ++counters_.doorbells;
+  clear_eventfd(it->second->doorbell.fd());
+  pump(*it->second, now);
+  settle(now);
+}
+
+// Moves WQEs from the SQ ring into the engine, then lets the engine send them all at once
+// (one gather reads their payloads). WQEs posted before RTS wait in the ring; in the error
+// state the engine flushes them.
+void Nic::pump(Qp& qp, Instant now) {
+  const rocev2::QpState state = engine_state(qp);
+  if (state == rocev2::QpState::Err) flush_receive_ring(qp);
+  if (state == rocev2::QpState::Reset || state == rocev2::QpState::Init || state == rocev2::QpState::Rtr) return;
+  if (qp.sq_broken || qp.refused) return;
+  take_send_ring(qp);
+  engine_.start_sends(qp.qpn, now);
+}
+
+// Takes WQEs until the ring is empty (then asks for the doorbell), the engine is full (one
+// WQE is held), a WQE is refused, or the budget is spent (then comes back later).
+void Nic::take_send_ring(Qp& qp) {
+  if (qp.held && !post_one(qp, *qp.held)) return;
+  for (std::uint32_t budget = qp.sq->capacity(); budget > 0; --budget) {
+    SendWqe wqe{};
+    const PopResult popped = qp.sq->try_pop_value(wqe);
+    if (popped == PopResult::Empty) {
+      if (qp.sq->request_doorbell()) return;
+      continue;
+    }
+    if (popped == PopResult::Broken) {
+      ++counters_.broken_rings;
+      qp.sq_broken = true;
+      to_fail_.insert(qp.handle);
+      return;
+    }
+    const WqeCheck check = check_send_wqe(wqe, qp.type);
+    if (check.error != WqeError::None) {
+      refuse_wqe(qp, wqe, status_for(check.error));
+      return;
+    }
+    rocev2::SendWr wr = to_send_wr(wqe);
+    if (qp.type == rocev2::QpType::Ud) {
+      // The AH is looked up in the client's own table: another client's handle is refused.
+      auto ah = ahs_.find(wqe.ah_handle);
+      if (ah == ahs_.end() || ah->second->client != qp.client) {
+        refuse_wqe(qp, wqe, rocev2::WcStatus::LocQpOpErr);
+        return;
+      }
+      wr.ud_dest_ip = ah->second->dest;
+    }
+    ++counters_.send_wqes;
+    if (!post_one(qp, std::move(wr))) return;
+  }
+  to_pump_.insert(qp.handle);
+  work_left_ = true;
+}
+
+// False when the engine has no room (or the QP left the states that send): the WQE waits.
+bool Nic::post_one(Qp& qp, rocev2::SendWr wr) {
+  switch (engine_.queue_send(qp.qpn, wr)) {
+    case rocev2::VerbResult::Ok: qp.held.reset(); return true;
+    case rocev2::VerbResult::QueueFull:
+    case rocev2::VerbResult::InvalidState:
+    case rocev2::VerbResult::NoSuchQp: qp.held = std::move(wr); return false;
+    case rocev2::VerbResult::InvalidArgument: break;
+  }
+  qp.held.reset();
+  ++counters_.bad_send_wqes;
+  qp.refused_status = rocev2::WcStatus::LocQpOpErr;
+  qp.refused = SendWqe{};
+  qp.refused->wr_id = wr.wr_id;
+  qp.refused->opcode = static_cast<std::uint8_t>(wr.opcode);
+  to_fail_.insert(qp.handle);
+  return false;
+}
+
+// A malformed WQE completes in error and takes the QP with it, as a NIC does (abi.h).
+void Nic::refuse_wqe(Qp& qp, const SendWqe& wqe, rocev2::WcStatus status) {
+  ++counters_.bad_send_wqes;
+  qp.refused = wqe;
+  qp.refused_status = status;
+  to_fail_.insert(qp.handle);
+}
+
+// In the error state receive WQEs complete at once, flushed (IBA ch. 10). The engine
+// flushed what it had; this takes what the client posted since.
+void Nic::flush_receive_ring(Qp& qp) {
+  if (qp.srq != 0) return;
+  auto cq = cqs_.find(qp.recv_cq);
+  RecvWqe wqe{};
+  PopResult popped;
+  while ((popped = qp.rq->try_pop_value(wqe)) == PopResult::Popped) {
+    if (cq != cqs_.end()) {
+      push_completion(*cq->second, error_cqe(qp.qpn, wqe.wr_id, rocev2::WcStatus::WrFlushErr, rocev2::WcOpcode::Recv),
+                      true);
+    }
+  }
+  if (popped == PopResult::Empty) qp.rq->request_doorbell();
+}
+
+void Nic::fail_qp(Qp& qp, std::uint32_t event, Instant now) {
+  if (engine_state(qp) != rocev2::QpState::Err) {
+    rocev2::QpAttr attr;
+    attr.state = rocev2::QpState::Err;
+    engine_.modify_qp(qp.qpn, attr, rocev2::qp_attr::kState, now);
+    post_event(qp.context, event, qp.handle);
+  }
+  if (qp.refused) {
+    if (auto cq = cqs_.find(qp.send_cq); cq != cqs_.end()) {
+      push_completion(*cq->second,
+                      error_cqe(qp.qpn, qp.refused->wr_id, qp.refused_status, completion_opcode(qp.refused->opcode)),
+                      true);
+    }
+    qp.refused.reset();
+  }
+  if (qp.rq_queue && qp.rq_queue->refused() && !qp.rq_failure_reported) {
+    qp.rq_failure_reported = true;
+    ++counters_.bad_recv_wqes;
+    if (auto cq = cqs_.find(qp.recv_cq); cq != cqs_.end()) {
+      push_completion(*cq->second,
+                      error_cqe(qp.qpn, qp.rq_queue->refused()->wr_id, status_for(qp.rq_queue->refusal()),
+                                rocev2::WcOpcode::Recv),
+                      true);
+    }
+  }
+  to_pump_.insert(qp.handle);
+}
+
+// ------------------------------------------------------------------ completions and events
+
+void Nic::push_completion(Cq& cq, const Cqe& cqe, bool solicited) {
+  if (cq.error) {
+    ++counters_.completions_dropped;
+    return;
+  }
+  switch (cq.ring->try_push_value(cqe)) {
+    case PushResult::Pushed:
+      ++counters_.completions;
+      dirty_cqs_.insert(cq.handle);
+      if (solicited) solicited_cqs_.insert(cq.handle);
+      return;
+    case PushResult::Full: ++counters_.cq_overruns; break;
+    case PushResult::Broken: ++counters_.broken_rings; break;
+  }
+  ++counters_.completions_dropped;
+  cq.error = true;
+  overrun_cqs_.insert(cq.handle);
+}
+
+// A CQ overrun (or a corrupted CQ ring): IBV_EVENT_CQ_ERR, and every QP that completes into
+// the CQ goes to the error state with IBV_EVENT_QP_FATAL, as rxe does.
+void Nic::overrun(Cq& cq, Instant now) {
+  post_event(cq.context, IBV_EVENT_CQ_ERR, cq.handle);
+  for (auto& [handle, qp] : qps_) {
+    if (qp->send_cq == cq.handle || qp->recv_cq == cq.handle) fail_qp(*qp, IBV_EVENT_QP_FATAL, now);
+  }
+}
+
+void Nic::post_event(Handle context, std::uint32_t type, std::uint64_t element) {
+  auto it = contexts_.find(context);
+  if (it == contexts_.end()) return;
+  AsyncEventEntry entry{};
+  entry.event_type = type;
+  entry.element = element;
+  if (it->second->events->try_push_value(entry) != PushResult::Pushed) {
+    ++counters_.async_events_dropped;
+    return;
+  }
+  ++counters_.async_events;
+  dirty_contexts_.insert(context);
+}
+
+// ibv_modify_srq(3): the event fires once when the WQEs left drop below the limit, then
+// the limit must be armed again.
+void Nic::check_srq_limit(Srq& srq) {
+  if (!srq.armed || srq.ring->available() >= srq.limit) return;
+  srq.armed = false;
+  ++counters_.srq_limit_events;
+  post_event(srq.context, IBV_EVENT_SRQ_LIMIT_REACHED, srq.handle);
+}
+
+void Nic::srq_failed(Srq& srq) {
+  ++counters_.bad_recv_wqes;
+  if (!srq.error_reported) post_event(srq.context, IBV_EVENT_SRQ_ERR, srq.handle);
+  srq.error_reported = true;
+  for (const auto& [handle, qp] : qps_)
+    if (qp->srq == srq.handle) to_fail_.insert(handle);
+}
+
+void Nic::settle(Instant now) {
+  run_deferred(now);
+  publish();
+}
+
+void Nic::run_deferred(Instant now) {
+  for (int round = 0; round < kSettleRounds; ++round) {
+    if (overrun_cqs_.empty() && to_fail_.empty() && to_pump_.empty()) break;
+    for (Handle handle : std::exchange(overrun_cqs_, {}))
+      if (auto it = cqs_.find(handle); it != cqs_.end()) overrun(*it->second, now);
+    for (Handle handle : std::exchange(to_fail_, {}))
+      if (auto it = qps_.find(handle); it != qps_.end()) fail_qp(*it->second, IBV_EVENT_QP_FATAL, now);
+    for (Handle handle : std::exchange(to_pump_, {}))
+      if (auto it = qps_.find(handle); it != qps_.end()) pump(*it->second, now);
+  }
+  work_left_ = !(overrun_cqs_.empty() && to_fail_.empty() && to_pump_.empty());
+}
+
+// Makes the pushed CQEs and events visible and signals whoever asked: a CQ's channel when
+// its arm matches (publish_completions), a context's async fd after every batch of events.
+void Nic::publish() {
+  // What a completion or event announces must be in memory before anyone can see it.
+  if (!dirty_cqs_.empty() || !dirty_contexts_.empty()) dma_.flush();
+  for (Handle handle : std::exchange(dirty_cqs_, {})) {
+    auto it = cqs_.find(handle);
+    if (it == cqs_.end()) continue;
+    if (it->second->ring->publish_completions(solicited_cqs_.count(handle) != 0)) {
+      ++counters_.cq_notifications;
+      watcher_.signal(it->second->notify.fd());
+    }
+  }
+  solicited_cqs_.clear();
+  for (Handle handle : std::exchange(dirty_contexts_, {})) {
+    auto it = contexts_.find(handle);
+    if (it == contexts_.end()) continue;
+    it->second->events->publish();
+    watcher_.signal(it->second->event_fd.fd());
+  }
+}
+
+// ------------------------------------------------------------------ the engine's host
+
+void Nic::send_packet(const rocev2::OutgoingPacket& out) {
+  // An ACK (or any response) tells the peer its data has landed.
+  dma_.flush();
+  const Qp* qp = qp_by_qpn(out.src_qpn);
+  // Nor may it say so when the data was lost because the client's address space is gone (it
+  // exec'd or exited): the client is evicted at the next advance(), and until then its QPs
+  // say nothing, as they will say nothing after. The peer sees a QP that stopped answering.
+  if (qp != nullptr && memory_lost(qp->client)) {
+    ++counters_.sends_of_lost_clients;
+    return;
+  }
+  port_.send(out, qp ? qp->udp_source_port : rocev2::udp_source_port_datagram(out.src_qpn), now_);
+}
+
+void Nic::complete(const rocev2::Completion& completion) {
+  Qp* qp = qp_by_qpn(completion.qpn);
+  auto cq = qp ? cqs_.find(completion.send_queue ? qp->send_cq : qp->recv_cq) : cqs_.end();
+  if (cq == cqs_.end()) {
+    ++counters_.completions_dropped;
+    return;
+  }
+  push_completion(*cq->second, to_cqe(completion),
+                  completion.solicited || completion.status != rocev2::WcStatus::Success);
+  // A send completion frees room in the engine: work may wait in the ring or be held.
+  if (completion.send_queue) to_pump_.insert(qp->handle);
+}
+
+void Nic::async_event(const rocev2::AsyncEvent& event) {
+  if (const Qp* qp = qp_by_qpn(event.qpn)) post_event(qp->context, static_cast<std::uint32_t>(event.type), qp->handle);
+}
+
+void Nic::on_state_change(rocev2::Qpn qpn, rocev2::QpState from, rocev2::QpState to, std::string_view cause) {
+  if (extra_observer_ != nullptr) extra_observer_->on_state_change(qpn, from, to, cause);
+  Qp* qp = qp_by_qpn(qpn);
+  if (qp == nullptr) return;
+  registry_.set_qp_state(qp->client, qp->handle, static_cast<ibv_qp_state>(to));
+  if (to == rocev2::QpState::Err) to_pump_.insert(qp->handle);
+}
+
+Nic::Qp* Nic::qp_by_qpn(rocev2::Qpn qpn) {
+  auto it = qp_by_qpn_.find(qpn.value());
+  if (it == qp_by_qpn_.end()) return nullptr;
+  auto qp = qps_.find(it->second);
+  return qp == qps_.end() ? nullptr : qp->second.get();
+}
+
+rocev2::QpState Nic::engine_state(const Qp& qp) const {
+  const auto attr = engine_.query_qp(qp.qpn);
+  return attr ? attr->state : rocev2::QpState::Err;
+}
+
+// ------------------------------------------------------------------ the loop's entries
+
+void Nic::receive(const rocev2::TransportPacket& packet, const rocev2::PacketSource& from, Instant now) {
+  now_ = now;
+  engine_.receive(packet, from, now);
+  run_deferred(now);
+  if (!batched_frames_) publish();
+}
+
+void Nic::end_of_frames() {
+  engine_.release_acks();
+  publish();
+  dma_.flush();
+}
+
+void Nic::advance(Instant now) {
+  now_ = now;
+  engine_.advance(now);
+  settle(now);
+  check_address_spaces(now);
+  evict_lost_clients(now);
+}
+
+std::optional<Instant> Nic::next_deadline() const {
+  if (work_left_) return now_;
+  std::optional<Instant> deadline = engine_.next_deadline();
+  if (!clients_.empty() && (!deadline || next_address_check_ < *deadline)) deadline = next_address_check_;
+  return deadline;
+}
+
+void Nic::set_link(bool up, Instant now) {
+  now_ = now;
+  if (config_.link_up == up) return;
+  config_.link_up = up;
+  for (const auto& [handle, context] : contexts_)
+    post_event(handle, up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR, caps::kPortNum);
+  publish();
+}
+
+}  // namespace rrdma::verbs

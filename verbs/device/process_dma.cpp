@@ -1,0 +1,294 @@
+#include "verbs/device/process_dma.h"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <vector>
+
+namespace rrdma::verbs {
+
+using rocev2::MrFacts;
+
+namespace {
+
+constexpr std::size_t kMaxIovecs = IOV_MAX;
+// The kernel silently shortens one read or write to MAX_RW_COUNT (INT_MAX rounded down to a
+// page); staying well below it keeps "fewer bytes than asked" meaning "a hole".
+constexpr std::size_t kMaxCallBytes = std::size_t{1} << 30;
+
+// An address in the client is the offset of its byte in the mem file; it is never
+// dereferenced here. pread/pwrite refuse offsets above 2^63 with EINVAL before the mem file
+// sees them (counted as other_errors); no user address is that high.
+off_t offset_of(std::uint64_t address) { return static_cast<off_t>(address); }
+
+bool same_bytes(const DmaTarget& a, const DmaTarget& b, std::uint64_t length_a, std::uint64_t length_b) {
+  return a.memory == b.memory && a.address == b.address && length_a == length_b;
+}
+
+}  // namespace
+
+// What one read or write of a mem file says: every byte, or why not. 0 bytes is the address
+// space gone (mem_rw finds no live mm: the process exited or exec'd); EIO is an unmapped
+// address at the start; fewer bytes than asked is a hole further in.
+bool ProcessDma::check_moved(int memory, ssize_t moved, std::size_t asked) {
+  if (moved >= 0 && static_cast<std::size_t>(moved) == asked) return true;
+  if (moved == 0) {
+    ++counters_.process_gone;
+    if (!known_lost(memory)) lost_.push_back(memory);
+  } else if (moved > 0) {
+    ++counters_.partial;
+  } else if (errno == EIO || errno == EFAULT) {
+    ++counters_.faults;
+  } else {
+    ++counters_.other_errors;
+  }
+  return false;
+}
+
+AddressSpace probe_address_space(int memory) {
+  std::uint8_t byte = 0;
+  ssize_t moved = 0;
+  do {
+    moved = ::pread(memory, &byte, 1, 0);
+  } while (moved < 0 && errno == EINTR);
+  if (moved == 0) return AddressSpace::Gone;
+  return moved < 0 && errno == EIO ? AddressSpace::Alive : AddressSpace::Unknown;
+}
+
+bool ProcessDma::still_alive(int memory) {
+  if (known_lost(memory)) return false;
+  if (probe_address_space(memory) != AddressSpace::Gone) return true;
+  check_moved(memory, 0, 1);  // counted and reported lost
+  return false;
+}
+
+bool ProcessDma::known_lost(int memory) const {
+  return std::find(lost_.begin(), lost_.end(), memory) != lost_.end();
+}
+
+// One contiguous range of one address space, in calls of at most kMaxCallBytes.
+bool ProcessDma::move(Direction direction, const DmaTarget& target, std::uint8_t* local, std::size_t length) {
+  if (known_lost(target.memory)) {
+    ++counters_.process_gone;
+    return false;
+  }
+  std::size_t done = 0;
+  while (done < length) {
+    const std::size_t chunk = std::min(length - done, kMaxCallBytes);
+    const off_t at = offset_of(target.address + done);
+    ssize_t moved = 0;
+    do {
+      moved = direction == Direction::FromProcess ? ::pread(target.memory, local + done, chunk, at)
+                                                  : ::pwrite(target.memory, local + done, chunk, at);
+    } while (moved < 0 && errno == EINTR);
+    if (!check_moved(target.memory, moved, chunk)) return false;
+    done += chunk;
+  }
+  return true;
+}
+
+bool ProcessDma::transfer(Direction direction, std::span<const DmaPiece> pieces,
+                          std::uint8_t* local, std::size_t size) {
+  std::vector<DmaTarget> targets;
+  targets.reserve(pieces.size());
+  std::uint64_t total = 0;
+  for (const DmaPiece& piece : pieces) {
+    const std::optional<DmaTarget> target = table_.dma_target(piece.mr, piece.addr, piece.length);
+    if (!target || piece.length > size - std::min<std::uint64_t>(total, size)) {
+      ++counters_.refused;
+      return false;
+    }
+    targets.push_back(*target);
+    total += piece.length;
+  }
+  if (total != size) {
+    ++counters_.refused;
+    return false;
+  }
+
+  // Runs of pieces that continue each other in one address space move in one call (their
+  // local bytes are consecutive too: `local` is the pieces' concatenation). A read of the
+  // same bytes as the piece before is copied from it afterwards: a NIC that read both at the
+  // same instant would see the same bytes.
+  std::vector<bool> copy_of_previous(pieces.size(), false);
+  std::size_t run_first = 0;
+  std::size_t run_local = 0;
+  std::uint64_t run_length = 0;
+  std::size_t position = 0;
+  const auto move_run = [&]() {
+    if (run_length == 0) return true;
+    DmaTarget at = targets[run_first];
+    const bool ok = move(direction, at, local + run_local, static_cast<std::size_t>(run_length));
+    run_length = 0;
+    return ok;
+  };
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const std::uint64_t length = pieces[i].length;
+    if (length == 0) continue;
+    const bool shared = direction == Direction::FromProcess && i > 0 &&
+                        same_bytes(targets[i], targets[i - 1], length, pieces[i - 1].length);
+    const bool continues = run_length > 0 && targets[i].memory == targets[run_first].memory &&
+                           targets[i].address == targets[run_first].address + run_length;
+    if (shared) {
+      copy_of_previous[i] = true;
+      if (!move_run()) return false;
+    } else if (!continues) {
+      if (!move_run()) return false;
+      run_first = i;
+      run_local = position;
+    }
+    if (!shared) run_length += length;
+    position += static_cast<std::size_t>(length);
+  }
+  if (!move_run()) return false;
+
+  position = 0;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const auto length = static_cast<std::size_t>(pieces[i].length);
+    if (copy_of_previous[i]) {
+      std::memcpy(local + position, local + position - length, length);
+      ++counters_.reads_shared;
+    }
+    position += length;
+  }
+  ++counters_.transfers;
+  return true;
+}
+
+bool ProcessDma::inside_stable(std::span<const std::uint8_t> bytes) const {
+  if (stable_.empty() || bytes.empty()) return false;
+  const auto start = reinterpret_cast<std::uintptr_t>(stable_.data());
+  const auto first = reinterpret_cast<std::uintptr_t>(bytes.data());
+  return first >= start && first - start <= stable_.size() && bytes.size() <= stable_.size() - (first - start);
+}
+
+void ProcessDma::combine_writes_from(std::span<const std::uint8_t> stable) {
+  flush();
+  stable_ = stable;
+  queue_.reserve(1024);
+}
+
+bool ProcessDma::queue_write(const MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in) {
+  const std::optional<DmaTarget> target = table_.dma_target(mr, addr, in.size());
+  if (!target) {
+    ++counters_.refused;
+    return false;
+  }
+  if (known_lost(target->memory)) {
+    ++counters_.process_gone;
+    return false;
+  }
+  queue_.push_back({*target, in.data(), in.size()});
+  ++counters_.writes_queued;
+  return true;
+}
+
+// Runs of queued writes that continue each other in one address space: the packets of one
+// message land back to back, one pwritev for all of them.
+bool ProcessDma::flush() {
+  bool all_written = true;
+  std::size_t begin = 0;
+  std::uint64_t run_end = 0;
+  for (std::size_t i = 0; i <= queue_.size(); ++i) {
+    const bool run_ends = i == queue_.size() || (i > begin && (queue_[i].target.memory != queue_[begin].target.memory ||
+                                                               queue_[i].target.address != run_end ||
+                                                               i - begin == kMaxIovecs));
+    if (run_ends && i > begin) {
+      all_written = flush_run(begin, i) && all_written;
+      begin = i;
+    }
+    if (i < queue_.size()) run_end = queue_[i].target.address + queue_[i].length;
+  }
+  queue_.clear();
+  return all_written;
+}
+
+// One pwritev for queue_[begin, end): one address space, one contiguous remote range, one
+// local iovec per write (received frames lie in separate buffers).
+bool ProcessDma::flush_run(std::size_t begin, std::size_t end) {
+  std::array<iovec, kMaxIovecs> local;
+  std::size_t bytes = 0;
+  for (std::size_t i = begin; i < end; ++i) {
+    // pwritev only reads the local side; iovec holds a non-const pointer.
+    local[i - begin] = iovec{const_cast<std::uint8_t*>(queue_[i].source), queue_[i].length};
+    bytes += queue_[i].length;
+  }
+  const DmaTarget& target = queue_[begin].target;
+  const std::size_t count = end - begin;
+  ssize_t moved = 0;
+  do {
+    moved = ::pwritev(target.memory, local.data(), static_cast<int>(count), offset_of(target.address));
+  } while (moved < 0 && errno == EINTR);
+  ++counters_.combined_calls;
+  if (check_moved(target.memory, moved, bytes)) {
+    ++counters_.transfers;
+    return true;
+  }
+  counters_.queued_writes_lost += count;
+  return false;
+}
+
+bool ProcessDma::read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out) {
+  flush();
+  return transfer(Direction::FromProcess, pieces, out.data(), out.size());
+}
+
+bool ProcessDma::write_scatter(std::span<const DmaPiece> pieces, std::span<const std::uint8_t> in) {
+  flush();
+  // The bytes are only read (by process_vm_writev); transfer() takes one pointer type for both.
+  return transfer(Direction::ToProcess, pieces, const_cast<std::uint8_t*>(in.data()), in.size());
+}
+
+bool ProcessDma::read(const MrFacts& mr, std::uint64_t addr, std::span<std::uint8_t> out) {
+  const DmaPiece piece{mr, addr, out.size()};
+  return read_gather({&piece, 1}, out);
+}
+
+bool ProcessDma::write(const MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in) {
+  if (inside_stable(in)) return queue_write(mr, addr, in);
+  const DmaPiece piece{mr, addr, in.size()};
+  return write_scatter({&piece, 1}, in);
+}
+
+// The word is in the owner's byte order (it reads it as a uint64_t); only the AtomicETH on
+// the wire is big-endian, and the engine converts that.
+std::optional<std::uint64_t> ProcessDma::read_word(const MrFacts& mr, std::uint64_t addr) {
+  // IBA ch. 9 atomics act on a naturally aligned 8-byte word.
+  if (addr % 8 != 0) {
+    ++counters_.refused;
+    return std::nullopt;
+  }
+  std::array<std::uint8_t, 8> bytes{};
+  if (!read(mr, addr, bytes)) return std::nullopt;
+  std::uint64_t value = 0;
+  std::memcpy(&value, bytes.data(), bytes.size());
+  return value;
+}
+
+bool ProcessDma::write_word(const MrFacts& mr, std::uint64_t addr, std::uint64_t value) {
+  std::array<std::uint8_t, 8> bytes{};
+  std::memcpy(bytes.data(), &value, bytes.size());
+  return write(mr, addr, bytes);
+}
+
+std::optional<std::uint64_t> ProcessDma::compare_swap(const MrFacts& mr, std::uint64_t addr,
+                                                      std::uint64_t compare, std::uint64_t swap) {
+  const std::optional<std::uint64_t> original = read_word(mr, addr);
+  if (!original) return std::nullopt;
+  if (*original == compare && !write_word(mr, addr, swap)) return std::nullopt;
+  return original;
+}
+
+std::optional<std::uint64_t> ProcessDma::fetch_add(const MrFacts& mr, std::uint64_t addr,
+                                                   std::uint64_t add) {
+  const std::optional<std::uint64_t> original = read_word(mr, addr);
+  if (!original || !write_word(mr, addr, *original + add)) return std::nullopt;
+  return original;
+}
+
+}  // namespace rrdma::verbs

@@ -1,0 +1,130 @@
+// "DMA" into application processes: the engine's Dma port over pread(2)/pwrite(2) on the
+// /proc/self/mem each process opened itself and handed over at open_device. Every transfer is
+// first checked against the MR table (the registration must still stand with the same keys,
+// and the range must lie inside it as the table knows it), so whatever MrFacts reach this
+// class, it only ever touches memory that its owner registered.
+//
+// Why not process_vm_readv/writev on the client's pid, as before: the daemon is root, so the
+// kernel's ptrace check always passed, and a pid is not an address space. A client that
+// forked and exec'd a setuid-root program at the registered pid had the daemon read and
+// write that program's memory (issue 16). A mem file is bound to the address space that
+// opened it: after an exec or an exit a transfer moves nothing (0 bytes), and the daemon needs
+// no ptrace right at all. docs/SECURITY.md has the threat model, docs/VERBS_MEMORY.md the
+// costs.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "rocev2/engine/ports.h"
+#include "verbs/device/mr_table.h"
+
+namespace rrdma::verbs {
+
+// Why transfers failed, for the daemon's stats and for tests. Each failed call counts once.
+struct DmaCounters {
+  std::uint64_t transfers = 0;     // calls that moved every byte asked for
+  std::uint64_t refused = 0;       // the MR table did not vouch for the range; no syscall made
+  std::uint64_t process_gone = 0;  // the address space is gone (exit or exec): 0 bytes moved
+  std::uint64_t faults = 0;        // EIO: the range is not mapped
+  std::uint64_t partial = 0;       // fewer bytes moved than asked (a hole inside the range)
+  std::uint64_t other_errors = 0;  // ENOMEM, EBADF, ...
+  // Reads of a gather that named the same bytes as the piece before them (perftest posts one
+  // buffer many times): copied from that piece instead of read again.
+  std::uint64_t reads_shared = 0;
+  // Write combining (combine_writes_from): writes queued, pwritev calls that
+  // carried them, and queued writes lost because their call failed at flush().
+  std::uint64_t writes_queued = 0;
+  std::uint64_t combined_calls = 0;
+  std::uint64_t queued_writes_lost = 0;
+};
+
+using rocev2::DmaPiece;
+
+// What a one-byte read at address 0 of a memory handle says. No process maps that page: a
+// living address space's mem file fails the read with EIO, a gone one (exit, exec) moves 0
+// bytes; anything else is not a mem file we can judge. Used to accept a handle at
+// open_device and to look at it once a second.
+enum class AddressSpace : std::uint8_t { Alive, Gone, Unknown };
+AddressSpace probe_address_space(int memory);
+
+class ProcessDma final : public rocev2::Dma {
+ public:
+  explicit ProcessDma(const MrTable& table) : table_(table) {}
+
+  // The engine's port. False / nullopt when the table refuses the range or the memory
+  // cannot be reached; a transfer that moves fewer bytes than asked is a failure too.
+  bool read(const rocev2::MrFacts& mr, std::uint64_t addr, std::span<std::uint8_t> out) override;
+  bool write(const rocev2::MrFacts& mr, std::uint64_t addr,
+             std::span<const std::uint8_t> in) override;
+  // Read 8 bytes, compute, write 8 bytes. Atomic with respect to other atomics of this
+  // daemon (one thread runs every QP), NOT with respect to the owning process's own CPU
+  // stores to the same word: see docs/VERBS_MEMORY.md.
+  std::optional<std::uint64_t> compare_swap(const rocev2::MrFacts& mr, std::uint64_t addr,
+                                            std::uint64_t compare, std::uint64_t swap) override;
+  std::optional<std::uint64_t> fetch_add(const rocev2::MrFacts& mr, std::uint64_t addr,
+                                         std::uint64_t add) override;
+
+  // Scatter/gather: `out` / `in` is the concatenation of `pieces` (its size must be their
+  // total length). Every piece is checked before the first byte moves; pieces that continue
+  // each other in one address space go to the kernel in one call.
+  bool read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out) override;
+  bool write_scatter(std::span<const DmaPiece> pieces, std::span<const std::uint8_t> in);
+
+  // Write combining, for the daemon's receive path: from now on a write() whose source bytes
+  // lie inside `stable` is checked against the table and queued, and the queue goes to the
+  // kernel at flush(), consecutive writes into one contiguous range in one pwritev. The
+  // caller promises that `stable` keeps its bytes until it calls flush(), and calls flush()
+  // before anything may observe the written memory (a completion, an ACK, a deregistration).
+  // Every other transfer flushes the queue first, so the order of writes and reads holds.
+  void combine_writes_from(std::span<const std::uint8_t> stable);
+  // Performs the queued writes. False if any was lost (counted in queued_writes_lost): the
+  // process died or unmapped the range after write() vouched for it, which a hardware NIC
+  // would not notice either (its DMA goes to the pages pinned at registration).
+  bool flush();
+  std::size_t queued_writes() const { return queue_.size(); }
+
+  // The memory handles whose address space was found gone since the last call (its process
+  // exited or exec'd): the owner's resources must go (Nic::evict_lost_clients).
+  std::vector<int> take_lost_memories() { return std::exchange(lost_, {}); }
+  // Asks the kernel whether the handle's address space still lives, without touching it
+  // (probe_address_space). A gone one is reported as lost.
+  bool still_alive(int memory);
+  // True once a transfer found this handle's address space gone, until take_lost_memories().
+  bool known_lost(int memory) const;
+  bool any_lost() const { return !lost_.empty(); }
+  // The handle is being closed: its number may name another client's handle next.
+  void forget_memory(int memory) { std::erase(lost_, memory); }
+
+  const DmaCounters& counters() const { return counters_; }
+
+ private:
+  enum class Direction : std::uint8_t { FromProcess, ToProcess };
+  struct QueuedWrite {
+    DmaTarget target;
+    const std::uint8_t* source = nullptr;
+    std::size_t length = 0;
+  };
+  bool transfer(Direction direction, std::span<const DmaPiece> pieces, std::uint8_t* local,
+                std::size_t size);
+  bool move(Direction direction, const DmaTarget& target, std::uint8_t* local, std::size_t length);
+  bool check_moved(int memory, ssize_t moved, std::size_t asked);
+  bool inside_stable(std::span<const std::uint8_t> bytes) const;
+  bool queue_write(const rocev2::MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in);
+  bool flush_run(std::size_t begin, std::size_t end);
+  std::optional<std::uint64_t> read_word(const rocev2::MrFacts& mr, std::uint64_t addr);
+  bool write_word(const rocev2::MrFacts& mr, std::uint64_t addr, std::uint64_t value);
+
+  const MrTable& table_;
+  DmaCounters counters_;
+  std::span<const std::uint8_t> stable_;
+  std::vector<QueuedWrite> queue_;
+  std::vector<int> lost_;
+};
+
+}  // namespace rrdma::verbs

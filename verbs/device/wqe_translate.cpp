@@ -1,0 +1,58 @@
+#include "verbs/device/wqe_translate.h"
+
+#include <algorithm>
+
+namespace rrdma::verbs {
+
+using rocev2::WrOpcode;
+
+rocev2::SendWr to_send_wr(const SendWqe& wqe) {
+  rocev2::SendWr wr;
+  wr.wr_id = wqe.wr_id;
+  wr.opcode = static_cast<WrOpcode>(wqe.opcode);
+  wr.flags = wqe.send_flags;
+  if ((wqe.send_flags & rocev2::send_flags::kInline) != 0) {
+    const std::size_t n = std::min<std::size_t>(wqe.inline_length, kMaxInlineData);
+    wr.inline_data.assign(wqe.inline_data, wqe.inline_data + n);
+  } else {
+    const std::uint32_t n = std::min<std::uint32_t>(wqe.num_sge, kMaxSge);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      wr.sg_list.push_back({wqe.sge[i].addr, wqe.sge[i].length, rocev2::Lkey(wqe.sge[i].lkey)});
+    }
+  }
+  wr.imm_data = wqe.imm_data;
+  wr.invalidate_rkey = rocev2::Rkey(wqe.invalidate_rkey);
+  wr.remote_addr = wqe.remote_addr;
+  wr.rkey = rocev2::Rkey(wqe.rkey);
+  wr.compare_add = wqe.compare_add;
+  wr.swap = wqe.swap;
+  wr.ud_remote_qpn = rocev2::Qpn(wqe.remote_qpn);
+  wr.ud_remote_qkey = rocev2::Qkey(wqe.remote_qkey);
+  return wr;
+}
+
+rocev2::RecvWr to_recv_wr(const RecvWqe& wqe) {
+  rocev2::RecvWr wr;
+  wr.wr_id = wqe.wr_id;
+  const std::uint32_t n = std::min<std::uint32_t>(wqe.num_sge, kMaxSge);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    wr.sg_list.push_back({wqe.sge[i].addr, wqe.sge[i].length, rocev2::Lkey(wqe.sge[i].lkey)});
+  }
+  return wr;
+}
+
+Cqe to_cqe(const rocev2::Completion& c) {
+  Cqe cqe{};
+  cqe.wr_id = c.wr_id;
+  cqe.status = static_cast<std::uint32_t>(c.status);
+  cqe.opcode = static_cast<std::uint32_t>(c.opcode);
+  cqe.byte_len = c.byte_len;
+  cqe.imm_data = (c.flags & rocev2::wc_flags::kWithInv) != 0 ? c.invalidated_rkey.value() : c.imm_data;
+  cqe.qp_num = c.qpn.value();
+  cqe.src_qp = c.src_qp.value();
+  cqe.wc_flags = c.flags;
+  // RoCE has no LIDs or SLs and we have one P_Key (index 0): ibv_wc's IB fields stay 0.
+  return cqe;
+}
+
+}  // namespace rrdma::verbs

@@ -1,0 +1,17 @@
+// The daemon's translation between the ring ABI (verbs/contract/abi.h) and the engine's
+// forms (rocev2/engine/work.h): WQEs into work requests, completions into CQEs. The
+// contract itself knows nothing of the engine; this is the device side's half of the bridge.
+#pragma once
+
+#include "rocev2/engine/work.h"
+#include "verbs/contract/abi.h"
+
+namespace rrdma::verbs {
+
+// The engine's forms. Preconditions: the WQE passed its check. A UD WQE's destination IP
+// stays empty: the daemon resolves ah_handle in its own AH table and fills ud_dest_ip.
+rocev2::SendWr to_send_wr(const SendWqe& wqe);
+rocev2::RecvWr to_recv_wr(const RecvWqe& wqe);
+Cqe to_cqe(const rocev2::Completion& completion);
+
+}  // namespace rrdma::verbs
