@@ -32,7 +32,7 @@ enum class QpState : std::uint32_t {  // IBV_QPS_* (IBA ch. 10)
 enum class WrOpcode : std::uint32_t {  // IBV_WR_*
   RdmaWrite = 0, RdmaWriteWithImm = 1, Send = 2, SendWithImm = 3, RdmaRead = 4,
   AtomicCmpSwp = 5, AtomicFetchAdd = 6, LocalInv = 7, BindMw = 8, SendWithInv = 9,
-  Tso = 10, Driver1 = 11, Flush = 14, AtomicWrite = 15,
+  Tso = 10, Driver1 = 11, Flush = 14, AtomicWrite = 15,  // FLUSH: rdma-core 45 on; Debian 12 has 44
 };
 
 enum class WcStatus : std::uint32_t {  // IBV_WC_* status
@@ -46,7 +46,7 @@ enum class WcStatus : std::uint32_t {  // IBV_WC_* status
 
 enum class WcOpcode : std::uint32_t {  // IBV_WC_* opcode; receive completions have bit 7 set
   Send = 0, RdmaWrite = 1, RdmaRead = 2, CompSwap = 3, FetchAdd = 4, BindMw = 5,
-  LocalInv = 6, Tso = 7, Flush = 8, AtomicWrite = 9, Recv = 128, RecvRdmaWithImm = 129,
+  LocalInv = 6, Tso = 7, Flush = 8 /* rdma-core 45 on */, AtomicWrite = 9, Recv = 128, RecvRdmaWithImm = 129,
 };
 
 enum class EventType : std::uint32_t {  // IBV_EVENT_*

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <infiniband/verbs.h>
+#include <dlfcn.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -525,4 +526,33 @@ TEST_CASE("ibverbs: ibv_init_ah_from_wc takes the sender from the IPv4 header in
   CHECK(std::memcmp(ah.grh.dgid.raw, mapped, 16) == 0);
   wc.wc_flags = 0;
   CHECK(ibv_init_ah_from_wc(opened.context, 1, &wc, reinterpret_cast<ibv_grh*>(grh), &ah) == -1);
+}
+
+// Our names come from one table (rocev2/verbs_codes.h); Debian's own libibverbs is the
+// reference for every status and event, loaded into a namespace of its own so that it does
+// not meet ours.
+TEST_CASE("ibverbs: every status and event text is the one Debian's libibverbs gives", "[ibverbs]") {
+  const char* const debian = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1";
+  void* real = dlmopen(LM_ID_NEWLM, debian, RTLD_NOW | RTLD_LOCAL);
+  if (real == nullptr) {
+    WARN("SKIPPED: cannot load Debian's libibverbs for reference (" << dlerror() << "); install libibverbs1");
+    return;
+  }
+  using StatusStr = const char* (*)(ibv_wc_status);
+  using EventStr = const char* (*)(ibv_event_type);
+  const auto real_status = reinterpret_cast<StatusStr>(dlsym(real, "ibv_wc_status_str"));
+  const auto real_event = reinterpret_cast<EventStr>(dlsym(real, "ibv_event_type_str"));
+  REQUIRE(real_status != nullptr);
+  REQUIRE(real_event != nullptr);
+  for (int code = 0; code <= IBV_WC_TM_RNDV_INCOMPLETE + 1; ++code) {
+    const auto status = static_cast<ibv_wc_status>(code);
+    INFO("status " << code);
+    CHECK(std::string(ibv_wc_status_str(status)) == real_status(status));
+  }
+  for (int code = 0; code <= IBV_EVENT_WQ_FATAL + 1; ++code) {
+    const auto event = static_cast<ibv_event_type>(code);
+    INFO("event " << code);
+    CHECK(std::string(ibv_event_type_str(event)) == real_event(event));
+  }
+  dlclose(real);
 }

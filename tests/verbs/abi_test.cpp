@@ -73,6 +73,23 @@ static_assert(static_cast<int>(rocev2::WcStatus::GeneralErr) == IBV_WC_GENERAL_E
 static_assert(rocev2::wc_flags::kGrh == IBV_WC_GRH);
 static_assert(rocev2::wc_flags::kWithImm == IBV_WC_WITH_IMM);
 static_assert(rocev2::wc_flags::kWithInv == IBV_WC_WITH_INV);
+// The codes rocev2/verbs_codes.h names beyond what the engine implements.
+static_assert(static_cast<int>(WrOpcode::LocalInv) == IBV_WR_LOCAL_INV);
+static_assert(static_cast<int>(WrOpcode::BindMw) == IBV_WR_BIND_MW);
+static_assert(static_cast<int>(WrOpcode::Tso) == IBV_WR_TSO);
+static_assert(static_cast<int>(WrOpcode::Driver1) == IBV_WR_DRIVER1);
+static_assert(static_cast<int>(WrOpcode::AtomicWrite) == IBV_WR_ATOMIC_WRITE);
+static_assert(static_cast<int>(rocev2::WcOpcode::BindMw) == IBV_WC_BIND_MW);
+static_assert(static_cast<int>(rocev2::WcOpcode::LocalInv) == IBV_WC_LOCAL_INV);
+static_assert(static_cast<int>(rocev2::WcOpcode::Tso) == IBV_WC_TSO);
+static_assert(static_cast<int>(rocev2::WcOpcode::AtomicWrite) == IBV_WC_ATOMIC_WRITE);
+static_assert(static_cast<int>(rocev2::WcStatus::TmRndvIncomplete) == IBV_WC_TM_RNDV_INCOMPLETE);
+static_assert(static_cast<int>(rocev2::EventType::WqFatal) == IBV_EVENT_WQ_FATAL);
+static_assert(static_cast<int>(rocev2::EventType::QpLastWqeReached) == IBV_EVENT_QP_LAST_WQE_REACHED);
+static_assert(static_cast<int>(rocev2::QpState::Err) == IBV_QPS_ERR);
+static_assert(static_cast<int>(rocev2::QpType::Ud) == IBV_QPT_UD);
+static_assert(rocev2::qp_attr::kDestQpn == IBV_QP_DEST_QPN && rocev2::qp_attr::kCap == IBV_QP_CAP);
+static_assert(rocev2::access::kRemoteAtomic == IBV_ACCESS_REMOTE_ATOMIC);
 
 namespace {
 
@@ -376,4 +393,51 @@ TEST_CASE("abi: random garbage WQEs through a ring are refused or consistent, ne
   CHECK(accepted > 100);
   CHECK(refused > 100);
   ::operator delete(data, std::align_val_t{kCacheLine});
+}
+
+// The work-request table's rows, read the other way round: from what each operation must
+// put on the wire (the IBA OpCode table) to the row. The table is built from the BTH opcode
+// table; this says what the result has to be.
+TEST_CASE("verbs codes: the work-request table gives each implemented opcode its wire opcodes, completion and transports") {
+  using rocev2::Opcode;
+  using rocev2::QpType;
+  struct Expected {
+    WrOpcode op;
+    rocev2::WcOpcode completion;
+    Opcode rc_only;
+    Opcode rc_last;  // of a message of several packets
+    bool uc, ud;
+  };
+  const Expected rows[] = {
+      {WrOpcode::RdmaWrite, rocev2::WcOpcode::RdmaWrite, Opcode::RcWriteOnly, Opcode::RcWriteLast, true, false},
+      {WrOpcode::RdmaWriteWithImm, rocev2::WcOpcode::RdmaWrite, Opcode::RcWriteOnlyImm, Opcode::RcWriteLastImm, true, false},
+      {WrOpcode::Send, rocev2::WcOpcode::Send, Opcode::RcSendOnly, Opcode::RcSendLast, true, true},
+      {WrOpcode::SendWithImm, rocev2::WcOpcode::Send, Opcode::RcSendOnlyImm, Opcode::RcSendLastImm, true, true},
+      {WrOpcode::SendWithInv, rocev2::WcOpcode::Send, Opcode::RcSendOnlyInv, Opcode::RcSendLastInv, false, false},
+      {WrOpcode::RdmaRead, rocev2::WcOpcode::RdmaRead, Opcode::RcReadRequest, Opcode::RcReadRequest, false, false},
+      {WrOpcode::AtomicCmpSwp, rocev2::WcOpcode::CompSwap, Opcode::RcCompareSwap, Opcode::RcCompareSwap, false, false},
+      {WrOpcode::AtomicFetchAdd, rocev2::WcOpcode::FetchAdd, Opcode::RcFetchAdd, Opcode::RcFetchAdd, false, false},
+  };
+  for (const Expected& e : rows) {
+    const rocev2::WrOpcodeInfo& info = rocev2::wr_opcode_info(e.op);
+    INFO(std::string(info.name));
+    CHECK(info.implemented);
+    CHECK(info.completion == e.completion);
+    CHECK(info.request_opcode(QpType::Rc, true, true) == e.rc_only);
+    CHECK(info.request_opcode(QpType::Rc, false, true) == e.rc_last);
+    CHECK(info.allowed_on(QpType::Rc));
+    CHECK(info.allowed_on(QpType::Uc) == e.uc);
+    CHECK(info.allowed_on(QpType::Ud) == e.ud);
+    if (e.uc) {
+      CHECK(static_cast<unsigned>(info.request_opcode(QpType::Uc, true, true)) == (static_cast<unsigned>(e.rc_only) | 0x20u));
+    }
+  }
+  CHECK(rocev2::wr_opcode_info(WrOpcode::Send).request_opcode(QpType::Ud, true, true) == Opcode::UdSendOnly);
+  for (const WrOpcode op : {WrOpcode::LocalInv, WrOpcode::BindMw, WrOpcode::Tso, WrOpcode::Driver1, WrOpcode::Flush,
+                            WrOpcode::AtomicWrite, static_cast<WrOpcode>(12), static_cast<WrOpcode>(255)}) {
+    CHECK_FALSE(rocev2::wr_opcode_info(op).implemented);
+    CHECK_FALSE(rocev2::wr_opcode_info(op).allowed_on(QpType::Ud));
+  }
+  CHECK(rocev2::name(WrOpcode::AtomicFetchAdd) == "ATOMIC_FETCH_AND_ADD");
+  CHECK(rocev2::name(static_cast<WrOpcode>(255)) == "unknown");
 }

@@ -32,12 +32,13 @@ client::SendWr to_send_wr(const ibv_send_wr& wr, ibv_qp_type type) {
   out.opcode = static_cast<std::uint32_t>(wr.opcode);
   out.send_flags = wr.send_flags;
   out.imm_data = wr.imm_data;
-  if (wr.opcode == IBV_WR_SEND_WITH_INV) out.invalidate_rkey = wr.invalidate_rkey;
+  const rocev2::WrOpcodeInfo& op = rocev2::wr_opcode_info(static_cast<rocev2::WrOpcode>(wr.opcode));
+  if (op.ieth) out.invalidate_rkey = wr.invalidate_rkey;
   if (type == IBV_QPT_UD) {
     out.ah = ah_of(wr.wr.ud.ah);
     out.remote_qpn = wr.wr.ud.remote_qpn;
     out.remote_qkey = wr.wr.ud.remote_qkey;
-  } else if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+  } else if (op.atomic_eth) {
     out.remote_addr = wr.wr.atomic.remote_addr;
     out.rkey = wr.wr.atomic.rkey;
     out.compare_add = wr.wr.atomic.compare_add;
