@@ -1,10 +1,6 @@
 #include "vnic/daemon.h"
 
 #include <grp.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
-#include <net/if.h>
-#include <sys/socket.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -178,7 +174,7 @@ class Daemon::Impl {
   void start_nic(std::vector<std::string>& notes);
   verbs::Quotas choose_quotas(std::vector<std::string>& notes);
   void watch_link();
-  void on_link_messages(Instant now);
+  void set_port_state(const LinkInfo& tap, Instant now);
   void start_control();
   void watch_signals();
   void record_changes();
@@ -209,7 +205,8 @@ class Daemon::Impl {
   // bridge or uplink must leave it alone, and so must a tear-down racing a new interface
   // that took the name.
   int tap_ifindex_ = 0;
-  int link_monitor_fd_ = -1;
+  std::optional<LinkMonitor> link_monitor_;
+  bool port_active_ = true;  // what the verbs device was last told (it starts active)
   int signal_fd_ = -1;
   std::optional<ControlServer> control_;
 };
@@ -385,37 +382,25 @@ verbs::Quotas Daemon::Impl::choose_quotas(std::vector<std::string>& notes) {
 }
 
 // The TAP's state becomes the port's (IBV_EVENT_PORT_ACTIVE / PORT_ERR, query_port): the
-// kernel's RTM_NEWLINK notifications of our ifindex, read from a NETLINK_ROUTE socket in
-// the loop. Up means administratively up with carrier (IFF_UP and IFF_RUNNING).
+// kernel's notifications about the TAP's ifindex (LinkMonitor, vnic/link.h), read in the
+// loop. Active means administratively up with carrier (IFF_UP and IFF_RUNNING).
+// Subscribed first, then asked once: a change made in between arrives as a notification.
 void Daemon::Impl::watch_link() {
-  link_monitor_fd_ = ::socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE);
-  if (link_monitor_fd_ < 0) throw std::system_error(errno, std::generic_category(), "netlink socket");
-  sockaddr_nl address{};
-  address.nl_family = AF_NETLINK;
-  address.nl_groups = RTMGRP_LINK;
-  if (::bind(link_monitor_fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    throw std::system_error(errno, std::generic_category(), "netlink bind");
-  }
-  loop_->watch(link_monitor_fd_, [this](Instant now) { on_link_messages(now); });
+  link_monitor_.emplace(links_, tap_ifindex_);
+  loop_->watch(link_monitor_->fd(), [this](Instant now) {
+    for (const LinkInfo& tap : link_monitor_->drain()) set_port_state(tap, now);
+  });
+  if (const auto tap = links_.find(tap_ifindex_)) set_port_state(*tap, Clock::now());
 }
 
-void Daemon::Impl::on_link_messages(Instant now) {
-  alignas(nlmsghdr) char buffer[16384];
-  for (;;) {
-    const ssize_t received = ::recv(link_monitor_fd_, buffer, sizeof(buffer), MSG_DONTWAIT);
-    if (received <= 0) return;  // EAGAIN: drained (ENOBUFS: overrun; the next message tells)
-    // An int, as NLMSG_OK/NLMSG_NEXT expect: an unsigned length wraps when the last message
-    // is shorter than its aligned length, and NLMSG_OK then walks past the buffer.
-    int length = static_cast<int>(received);
-    for (auto* message = reinterpret_cast<nlmsghdr*>(buffer); NLMSG_OK(message, length);
-         message = NLMSG_NEXT(message, length)) {
-      if (message->nlmsg_type != RTM_NEWLINK || message->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) continue;
-      const auto* info = static_cast<const ifinfomsg*>(NLMSG_DATA(message));
-      if (info->ifi_index != tap_ifindex_) continue;
-      const bool up = (info->ifi_flags & IFF_UP) != 0 && (info->ifi_flags & IFF_RUNNING) != 0;
-      nic_->set_link(up, now);
-    }
+void Daemon::Impl::set_port_state(const LinkInfo& tap, Instant now) {
+  const bool active = tap.up && tap.running;
+  if (active != port_active_) {
+    const char* why = active ? "is up with carrier" : tap.up ? "has no carrier" : "is down";
+    log_line("link: TAP " + config_.name + " " + why + ": port " + (active ? "ACTIVE" : "DOWN"));
   }
+  port_active_ = active;
+  nic_->set_link(active, now);
 }
 
 void Daemon::Impl::start_control() {
@@ -469,6 +454,7 @@ nlohmann::json Daemon::Impl::handle(const nlohmann::json& request, const PeerCre
   if (cmd == "stats") {
     nlohmann::json stats = stats_json(interface_->counters(), loop_->counters());
     for (const auto& [name, value] : sink_.counters()) stats["daemon"][name] = value;
+    for (const auto& [name, value] : link_monitor_->counters()) stats["daemon"][name] = value;
     add_layer(stats, "roce", roce_->named_counters());
     add_layer(stats, "engine", named(nic_->engine_counters()));
     add_layer(stats, "verbs", named(nic_->counters()));
@@ -505,9 +491,9 @@ void Daemon::Impl::tear_down() {
   try {
     control_.reset();  // disconnects every verbs client: the Nic tears their resources down
     if (signal_fd_ >= 0) ::close(std::exchange(signal_fd_, -1));
-    if (link_monitor_fd_ >= 0) {
-      if (loop_) loop_->unwatch(link_monitor_fd_);
-      ::close(std::exchange(link_monitor_fd_, -1));
+    if (link_monitor_) {
+      if (loop_) loop_->unwatch(link_monitor_->fd());
+      link_monitor_.reset();
     }
     nic_.reset();
     roce_.reset();
