@@ -60,7 +60,7 @@ NetlinkSocket connect_route_socket() {
 }
 
 // The monitor's receive buffer. nl_connect() sets 32 KiB, less than the kernel's default
-// (212992 bytes): about twenty RTM_NEWLINK notifications, which a host starting a few
+// (212992 bytes): 28 RTM_NEWLINK notifications of a TAP, which a host starting a few
 // containers at once sends in a moment. Capped by net.core.rmem_max.
 constexpr int kMonitorReceiveBuffer = 1 << 20;
 // Errors in a row (other than "nothing left") after which drain() gives up until the next
