@@ -169,9 +169,12 @@ class Daemon::Impl {
 
  private:
   void attach_bridge_and_uplink();
+  void attach_bridge(const std::string& bridge_name);
+  void attach_uplink(const std::string& uplink_name);
   void create_tap();
   void start_loop();
   void start_nic(std::vector<std::string>& notes);
+  void add_nic_timer_sources();
   verbs::Quotas choose_quotas(std::vector<std::string>& notes);
   void watch_link();
   void set_port_state(const LinkInfo& tap, Instant now);
@@ -179,7 +182,10 @@ class Daemon::Impl {
   void watch_signals();
   void record_changes();
   nlohmann::json handle(const nlohmann::json& request, const PeerCredentials& peer);
+  nlohmann::json status(Instant now);
+  nlohmann::json stats();
   void tear_down();
+  void release_links(std::vector<std::string>& notes);
 
   VnicConfig config_;
   RuntimePaths paths_;
@@ -236,7 +242,12 @@ void Daemon::Impl::record_changes() { write_state_file(paths_.state_file, change
 
 void Daemon::Impl::attach_bridge_and_uplink() {
   if (!config_.bridge) return;
-  const std::string& bridge_name = *config_.bridge;
+  attach_bridge(*config_.bridge);
+  if (config_.uplink) attach_uplink(*config_.uplink);
+}
+
+// Found, or created with --create-bridge (and recorded), and up.
+void Daemon::Impl::attach_bridge(const std::string& bridge_name) {
   auto bridge = links_.find(bridge_name);
   if (!bridge && !config_.create_bridge) {
     throw std::runtime_error("bridge " + bridge_name + " does not exist (add --create-bridge to create it)");
@@ -255,9 +266,12 @@ void Daemon::Impl::attach_bridge_and_uplink() {
     links_.change(bridge_name, LinkChange::up());
   }
   bridge_ifindex_ = bridge->ifindex;
-  if (!config_.uplink) return;
-  const auto uplink = links_.find(*config_.uplink);
-  if (!uplink) throw std::runtime_error("uplink " + *config_.uplink + " does not exist");
+}
+
+// Enslaved to the bridge and brought up, unless it already is a port of it.
+void Daemon::Impl::attach_uplink(const std::string& uplink_name) {
+  const auto uplink = links_.find(uplink_name);
+  if (!uplink) throw std::runtime_error("uplink " + uplink_name + " does not exist");
   if (uplink->master == bridge_ifindex_) return;
   if (uplink->master != 0) {
     throw std::runtime_error("uplink " + uplink->name + " is already a port of another bridge");
@@ -313,7 +327,7 @@ void Daemon::Impl::start_loop() {
 }
 
 // The verbs device on UDP 4791. Its timers (retransmission, RNR waits) and the work it
-// defers run as a timer source of the loop.
+// defers run as a timer source of the loop (add_nic_timer_sources).
 void Daemon::Impl::start_nic(std::vector<std::string>& notes) {
   descriptors_ = raise_fd_limit();
   watcher_.attach(*loop_);
@@ -334,6 +348,10 @@ void Daemon::Impl::start_nic(std::vector<std::string>& notes) {
   roce_->set_observer(&*telemetry_);
   nic_->set_engine_observer(&*telemetry_);
   interface_->set_observer(&*telemetry_);
+  add_nic_timer_sources();
+}
+
+void Daemon::Impl::add_nic_timer_sources() {
   loop_->add_timer_source([this](Instant now) {
     nic_->advance(now);
     return nic_->next_deadline();
@@ -444,33 +462,36 @@ void Daemon::Impl::watch_signals() {
 
 nlohmann::json Daemon::Impl::handle(const nlohmann::json& request, const PeerCredentials& peer) {
   const auto cmd = request["cmd"].get<std::string>();
-  const Instant now = Clock::now();
-  if (cmd == "status") {
-    DescriptorReport descriptors = descriptors_;
-    descriptors.open = open_descriptors();
-    return status_json(StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now), nic_->listing(),
-                                    descriptors, nic_->quotas(), nic_->quota_use()});
-  }
-  if (cmd == "stats") {
-    nlohmann::json stats = stats_json(interface_->counters(), loop_->counters());
-    for (const auto& [name, value] : sink_.counters()) stats["daemon"][name] = value;
-    for (const auto& [name, value] : link_monitor_->counters()) stats["daemon"][name] = value;
-    add_layer(stats, "roce", roce_->named_counters());
-    add_layer(stats, "engine", named(nic_->engine_counters()));
-    add_layer(stats, "verbs", named(nic_->counters()));
-    add_layer(stats, "dma", named(nic_->dma_counters()));
-    for (const auto& [name, value] : named(nic_->quota_refusals())) stats["quotas"][name] = value;
-    add_layer(stats, "capture", named(capture_->counters()));
-    add_layer(stats, "control", control_->named_counters());
-    telemetry_->add_stats(stats);
-    return stats;
-  }
+  if (cmd == "status") return status(Clock::now());
+  if (cmd == "stats") return stats();
   if (cmd == "down") {
     log_line("stopping: down requested by uid " + std::to_string(peer.uid));
     loop_->stop();
     return {{"ok", true}, {"name", config_.name}};
   }
   return {{"error", "unknown command '" + cmd + "'"}};
+}
+
+nlohmann::json Daemon::Impl::status(Instant now) {
+  DescriptorReport descriptors = descriptors_;
+  descriptors.open = open_descriptors();
+  return status_json(StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now), nic_->listing(),
+                                  descriptors, nic_->quotas(), nic_->quota_use()});
+}
+
+nlohmann::json Daemon::Impl::stats() {
+  nlohmann::json stats = stats_json(interface_->counters(), loop_->counters());
+  for (const auto& [name, value] : sink_.counters()) stats["daemon"][name] = value;
+  for (const auto& [name, value] : link_monitor_->counters()) stats["daemon"][name] = value;
+  add_layer(stats, "roce", roce_->named_counters());
+  add_layer(stats, "engine", named(nic_->engine_counters()));
+  add_layer(stats, "verbs", named(nic_->counters()));
+  add_layer(stats, "dma", named(nic_->dma_counters()));
+  for (const auto& [name, value] : named(nic_->quota_refusals())) stats["quotas"][name] = value;
+  add_layer(stats, "capture", named(capture_->counters()));
+  add_layer(stats, "control", control_->named_counters());
+  telemetry_->add_stats(stats);
+  return stats;
 }
 
 void Daemon::Impl::run() {
@@ -502,11 +523,7 @@ void Daemon::Impl::tear_down() {
     capture_.reset();
     loop_.reset();
     tap_.reset();
-    if (const auto tap = links_.find(config_.name); tap && tap_ifindex_ != 0 && tap->ifindex == tap_ifindex_) {
-      notes.push_back("TAP " + config_.name + " outlived its fd; deleting it");
-      links_.remove(config_.name);
-    }
-    undo(links_, changes_, notes);
+    release_links(notes);
   } catch (const std::exception& failure) {
     notes.push_back(std::string("tear-down: ") + failure.what());
   }
@@ -516,6 +533,16 @@ void Daemon::Impl::tear_down() {
   std::filesystem::remove(paths_.state_file, ec);
   if (!keep_log_) std::filesystem::remove(paths_.log_file, ec);
   lock_.remove();
+}
+
+// The TAP, should it have outlived its fd (only the one this daemon made), then the uplink
+// and the bridge as NAME.state records them.
+void Daemon::Impl::release_links(std::vector<std::string>& notes) {
+  if (const auto tap = links_.find(config_.name); tap && tap_ifindex_ != 0 && tap->ifindex == tap_ifindex_) {
+    notes.push_back("TAP " + config_.name + " outlived its fd; deleting it");
+    links_.remove(config_.name);
+  }
+  undo(links_, changes_, notes);
 }
 
 Daemon::Daemon(const VnicConfig& config, PidFileLock lock, std::vector<std::string>& notes)

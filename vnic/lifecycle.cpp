@@ -40,7 +40,12 @@ class StartupReport {
   explicit StartupReport(int fd) : fd_(fd) {}
   ~StartupReport() { close(); }
   void note(const std::string& text) { send("NOTE " + text); }
-  void ok() { send("OK"); }
+  // The notes, then "OK"; the report is over.
+  void ready(const std::vector<std::string>& notes) {
+    for (const auto& text : notes) note(text);
+    send("OK");
+    close();
+  }
   void error(const std::string& text) { send("ERR " + text); }
   void close() {
     if (fd_ >= 0) ::close(std::exchange(fd_, -1));
@@ -72,37 +77,45 @@ std::string already_running(const std::string& name, const Observation& observat
          (observation.recorded_pid ? " (pid " + std::to_string(*observation.recorded_pid) + ")" : std::string());
 }
 
-// The detached daemon's whole life; never returns to the CLI's code.
-[[noreturn]] void run_detached(const VnicConfig& config, int report_fd) {
-  StartupReport report(report_fd);
+// The child after fork(): a session of its own, no controlling terminal, stdio on
+// /dev/null until stderr becomes NAME.log.
+void detach(StartupReport& report) {
   ::setsid();
   if (::chdir("/") != 0) report.note("cannot chdir to /");
   redirect_stdio("/dev/null", O_RDONLY);
   redirect_stdio("/dev/null", O_WRONLY);
+}
+
+// Runs a daemon that has reported its start-up; the exit code. A fatal error keeps the log.
+int serve(Daemon& daemon) {
+  try {
+    daemon.run();
+    return 0;
+  } catch (const std::exception& failure) {
+    log_line(std::string("fatal: ") + failure.what());
+    daemon.keep_log();
+    return 1;
+  }
+}
+
+// The detached child's whole life, from fork() to _exit(): it becomes the daemon and never
+// returns to the CLI's code.
+[[noreturn]] void run_detached(const VnicConfig& config, int report_fd) {
+  StartupReport report(report_fd);
+  detach(report);
   const auto paths = RuntimePaths::of(config.name);
-  int code = 0;
+  int code = 1;
   try {
     auto lock = PidFileLock::acquire(paths.pid_file);
     if (!lock) throw std::runtime_error(already_running(config.name, observe(config.name)));
     redirect_stdio(paths.log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC);
     std::vector<std::string> notes;
     Daemon daemon(config, std::move(*lock), notes);
-    for (const auto& note : notes) {
-      report.note(note);
-      log_line(note);
-    }
-    report.ok();
-    report.close();
-    try {
-      daemon.run();
-    } catch (const std::exception& failure) {
-      log_line(std::string("fatal: ") + failure.what());
-      daemon.keep_log();
-      code = 1;
-    }
+    for (const auto& note : notes) log_line(note);
+    report.ready(notes);
+    code = serve(daemon);
   } catch (const std::exception& failure) {
     report.error(failure.what());
-    code = 1;
   }
   std::fflush(nullptr);
   ::_exit(code);
@@ -126,36 +139,39 @@ Outcome run_foreground(const VnicConfig& config) {
   return outcome;
 }
 
+bool readable_before(int fd, std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  pollfd entry{fd, POLLIN, 0};
+  return left.count() > 0 && ::poll(&entry, 1, static_cast<int>(left.count())) > 0;
+}
+
+// One line of the start-up report into `outcome`; true when it ends the report.
+bool take_report_line(const std::string& line, Outcome& outcome) {
+  if (line.rfind("NOTE ", 0) == 0) outcome.notes.push_back(line.substr(5));
+  if (line == "OK") outcome.ok = true;
+  if (line.rfind("ERR ", 0) != 0) return outcome.ok;
+  outcome.message = line.substr(4);
+  return true;
+}
+
 // Reads the child's start-up report until "OK", "ERR" or the end of the pipe.
 Outcome read_startup_report(int fd, pid_t child) {
   Outcome outcome;
   std::string pending;
   const auto deadline = std::chrono::steady_clock::now() + kSetupTimeout;
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd entry{fd, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&entry, 1, static_cast<int>(left.count())) <= 0) {
-      outcome.message = "the daemon did not finish its set-up in time (pid " + std::to_string(child) + ")";
-      return outcome;
-    }
+  while (readable_before(fd, deadline)) {
     char buffer[512];
     const ssize_t got = ::read(fd, buffer, sizeof(buffer));
-    if (got <= 0) break;
+    if (got <= 0) {
+      outcome.message = "the daemon exited during set-up";
+      return outcome;
+    }
     pending.append(buffer, static_cast<std::size_t>(got));
     for (std::size_t end; (end = pending.find('\n')) != std::string::npos; pending.erase(0, end + 1)) {
-      const std::string line = pending.substr(0, end);
-      if (line.rfind("NOTE ", 0) == 0) outcome.notes.push_back(line.substr(5));
-      if (line.rfind("ERR ", 0) == 0) {
-        outcome.message = line.substr(4);
-        return outcome;
-      }
-      if (line == "OK") {
-        outcome.ok = true;
-        return outcome;
-      }
+      if (take_report_line(pending.substr(0, end), outcome)) return outcome;
     }
   }
-  outcome.message = "the daemon exited during set-up";
+  outcome.message = "the daemon did not finish its set-up in time (pid " + std::to_string(child) + ")";
   return outcome;
 }
 
@@ -235,6 +251,47 @@ std::string not_running(const std::string& name, const Observation& observation)
   return {};
 }
 
+// Ports of the bridge `up` created, other than the vnic's own TAP.
+std::vector<std::string> other_ports_of(const std::optional<std::string>& bridge_name, const std::string& tap) {
+  std::vector<std::string> others;
+  if (!bridge_name) return others;
+  try {
+    LinkControl links;
+    if (auto bridge = links.find(*bridge_name)) {
+      for (std::string& port : links.ports_of(bridge->ifindex))
+        if (port != tap) others.push_back(std::move(port));
+    }
+  } catch (const std::exception&) {
+  }
+  return others;
+}
+
+// Asks a running daemon to stop and waits until it has exited: nullopt, or why not.
+std::optional<std::string> ask_to_stop(const std::string& name) {
+  std::string error;
+  auto client = ControlClient::connect(RuntimePaths::of(name).socket, error);
+  if (!client) return "cannot reach vnic " + name + ": " + error;
+  auto reply = client->request({{"cmd", "down"}}, kRequestTimeout, error);
+  if (!reply) return "vnic " + name + " did not answer: " + error;
+  if (reply->contains("error")) return reply->value("error", "");
+  client->wait_closed(kStopTimeout);
+  if (!wait_until_unlocked(name, kStopTimeout)) {
+    return "vnic " + name + " did not stop within " + std::to_string(kStopTimeout.count()) + " ms";
+  }
+  return std::nullopt;
+}
+
+// Every name with a socket or pid file under the runtime directory, sorted.
+std::set<std::string> names_in_runtime_dir() {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(runtime_dir(), ec)) {
+    const auto extension = entry.path().extension();
+    if (extension == ".sock" || extension == ".pid") names.insert(entry.path().stem().string());
+  }
+  return names;
+}
+
 }  // namespace
 
 std::optional<std::string> missing_net_admin() {
@@ -259,21 +316,6 @@ Outcome start_vnic(const VnicConfig& config, bool foreground) {
   return foreground ? run_foreground(config) : start_detached(config);
 }
 
-// Ports of the bridge `up` created, other than the vnic's own TAP.
-static std::vector<std::string> other_ports_of(const std::optional<std::string>& bridge_name, const std::string& tap) {
-  std::vector<std::string> others;
-  if (!bridge_name) return others;
-  try {
-    LinkControl links;
-    if (auto bridge = links.find(*bridge_name)) {
-      for (std::string& port : links.ports_of(bridge->ifindex))
-        if (port != tap) others.push_back(std::move(port));
-    }
-  } catch (const std::exception&) {
-  }
-  return others;
-}
-
 Outcome stop_vnic(const std::string& name) {
   if (!is_valid_interface_name(name)) return {false, "bad name '" + name + "'", {}};
   const Observation observation = observe(name);
@@ -285,16 +327,7 @@ Outcome stop_vnic(const std::string& name) {
   // The daemon detaches these when it deletes its bridge; its log goes with a clean stop,
   // so the note is made here.
   const std::vector<std::string> detached = other_ports_of(changes.created_bridge, name);
-  std::string error;
-  auto client = ControlClient::connect(RuntimePaths::of(name).socket, error);
-  if (!client) return {false, "cannot reach vnic " + name + ": " + error, {}};
-  auto reply = client->request({{"cmd", "down"}}, kRequestTimeout, error);
-  if (!reply) return {false, "vnic " + name + " did not answer: " + error, {}};
-  if (reply->contains("error")) return {false, reply->value("error", ""), {}};
-  client->wait_closed(kStopTimeout);
-  if (!wait_until_unlocked(name, kStopTimeout)) {
-    return {false, "vnic " + name + " did not stop within " + std::to_string(kStopTimeout.count()) + " ms", {}};
-  }
+  if (auto error = ask_to_stop(name)) return {false, std::move(*error), {}};
   Outcome outcome{true, name + " is down", {}};
   if (!detached.empty()) {
     std::string ports;
@@ -319,13 +352,7 @@ QueryResult query_vnic(const std::string& name, const std::string& cmd) {
 
 Listing list_vnics() {
   Listing listing;
-  std::set<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(runtime_dir(), ec)) {
-    const auto extension = entry.path().extension();
-    if (extension == ".sock" || extension == ".pid") names.insert(entry.path().stem().string());
-  }
-  for (const auto& name : names) {
+  for (const auto& name : names_in_runtime_dir()) {
     const Observation observation = observe(name);
     switch (assess(observation)) {
       case Liveness::kRunning: {

@@ -172,6 +172,26 @@ bool readable(int fd) {
   return ::poll(&entry, 1, 1000) == 1;
 }
 
+bool may_make_namespaces() {
+  if (::geteuid() == 0) return true;
+  WARN("SKIPPED: a private network namespace needs root");
+  return false;
+}
+
+int loopback_index(LinkControl& links) {
+  const auto loopback = links.find("lo");
+  REQUIRE(loopback);
+  return loopback->ifindex;
+}
+
+// lo, down, in a network namespace of the test's own, and a monitor of it.
+struct LoopbackScene {
+  PrivateNetworkNamespace namespace_of_test;
+  LinkControl queries;
+  int ifindex = loopback_index(queries);
+  LinkMonitor monitor{queries, ifindex};
+};
+
 std::uint64_t counter(const LinkMonitor& monitor, const std::string& name) {
   for (const auto& [counter_name, value] : monitor.counters())
     if (counter_name == name) return value;
@@ -182,22 +202,16 @@ std::uint64_t counter(const LinkMonitor& monitor, const std::string& name) {
 }  // namespace
 
 TEST_CASE("link monitor: the kernel's notifications of one link, read without blocking", "[vnic][link]") {
-  if (::geteuid() != 0) {
-    WARN("SKIPPED: a private network namespace needs root");
-    return;
-  }
-  PrivateNetworkNamespace namespace_of_test;
-  LinkControl queries;
-  const auto loopback = queries.find("lo");
-  REQUIRE(loopback);
-  LinkMonitor monitor(queries, loopback->ifindex);
+  if (!may_make_namespaces()) return;
+  LoopbackScene scene;
+  LinkMonitor& monitor = scene.monitor;
   CHECK(monitor.drain().empty());  // nothing yet, and no wait
 
   set_loopback(true);
   REQUIRE(readable(monitor.fd()));
   auto states = monitor.drain();
   REQUIRE_FALSE(states.empty());
-  CHECK(states.back().ifindex == loopback->ifindex);
+  CHECK(states.back().ifindex == scene.ifindex);
   CHECK(states.back().up);
   CHECK(states.back().running);
 
@@ -212,15 +226,9 @@ TEST_CASE("link monitor: the kernel's notifications of one link, read without bl
 }
 
 TEST_CASE("link monitor: after an overrun the link's state is asked of the kernel", "[vnic][link]") {
-  if (::geteuid() != 0) {
-    WARN("SKIPPED: a private network namespace needs root");
-    return;
-  }
-  PrivateNetworkNamespace namespace_of_test;
-  LinkControl queries;
-  const auto loopback = queries.find("lo");
-  REQUIRE(loopback);
-  LinkMonitor monitor(queries, loopback->ifindex);
+  if (!may_make_namespaces()) return;
+  LoopbackScene scene;
+  LinkMonitor& monitor = scene.monitor;
   const int smallest = 1;  // the kernel makes it its minimum, room for a notification or two
   REQUIRE(::setsockopt(monitor.fd(), SOL_SOCKET, SO_RCVBUF, &smallest, sizeof(smallest)) == 0);
   // Notifications that all say "up" fill the buffer; the one that says "down" is dropped.
