@@ -116,9 +116,10 @@ class LinkMonitor {
   LinkMonitor& operator=(const LinkMonitor&) = delete;
 
   int fd() const;
-  // Reads until the socket is empty. Returns the states the kernel announced for the link,
-  // oldest first, changes or not (RTM_NEWLINK also reports statistics and other fields);
-  // after an overrun, the state asked of the kernel comes last.
+  // Reads until the socket is empty, or until 64 reads in a row failed (the rest waits for
+  // the next readiness: the loop is never held). Returns the states the kernel announced
+  // for the link, oldest first, changes or not (RTM_NEWLINK also reports statistics and
+  // other fields); after an overrun, the state asked of the kernel comes last.
   std::vector<LinkInfo> drain();
 
   // link_notifications (RTM_NEWLINK of this link), link_messages_rejected, link_overruns.
