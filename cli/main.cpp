@@ -12,7 +12,7 @@
 #include "cli/stats.h"
 #include "cli/trace.h"
 #include "vnic/config.h"
-#include "vnic/daemon.h"
+#include "vnic/lifecycle.h"
 #include "vnic/report.h"
 
 namespace {

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "vnic/daemon.h"
+#include "vnic/lifecycle.h"
 
 namespace rrdma::cli {
 namespace {

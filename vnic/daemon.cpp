@@ -1,52 +1,33 @@
 #include "vnic/daemon.h"
 
-#include <fcntl.h>
 #include <grp.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
-#include <net/if.h>
-#include <sys/socket.h>
-#include <linux/capability.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <set>
 #include <system_error>
-#include <thread>
 
 #include "stack/interface.h"
+#include "verbs/device/device_caps.h"
+#include "verbs/device/nic.h"
 #include "vnic/capture.h"
 #include "vnic/control.h"
 #include "vnic/event_loop.h"
+#include "vnic/external_changes.h"
 #include "vnic/link.h"
-#include "verbs/device/device_caps.h"
-#include "verbs/device/nic.h"
 #include "vnic/report.h"
 #include "vnic/roce_port.h"
-#include "vnic/telemetry.h"
-#include "vnic/runtime.h"
 #include "vnic/tap.h"
+#include "vnic/telemetry.h"
 
 namespace rrdma::vnic {
 namespace {
 
-using namespace std::chrono_literals;
-
-constexpr auto kStartTimeout = 5000ms;     // until a new daemon must answer
-constexpr auto kSetupTimeout = 10000ms;    // until its set-up must have reported
-constexpr auto kRequestTimeout = 5000ms;
-constexpr auto kStopTimeout = 10000ms;
 constexpr std::size_t kEthernetOverhead = 14 + 4;  // header and one 802.1Q tag; no FCS on a TAP
 // Frames the kernel queues for the daemon on its TAP (the TAP's txqueuelen; tun's default
 // is 500), and the loop's receive buffers. A peer's READ response or UC message arrives as
@@ -55,81 +36,10 @@ constexpr std::size_t kEthernetOverhead = 14 + 4;  // header and one 802.1Q tag;
 constexpr std::uint32_t kTapQueueLength = 16384;
 constexpr unsigned kReceiveBuffers = 1024;
 
-void log_line(const std::string& line) {
-  const std::time_t now = std::time(nullptr);
-  std::tm local{};
-  ::localtime_r(&now, &local);
-  char stamp[32];
-  std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &local);
-  std::fprintf(stderr, "%s rrdma-vnic[%d]: %s\n", stamp, static_cast<int>(::getpid()), line.c_str());
-  std::fflush(stderr);
-}
-
 // At least one byte more than the largest frame, so a full buffer means truncation.
 std::size_t frame_buffer_size(std::uint16_t mtu) {
   const std::size_t frame = mtu + kEthernetOverhead + 1;
   return (frame + 1023) / 1024 * 1024;
-}
-
-// What the daemon changed outside its own process, kept in NAME.state so that the next
-// command can undo it when the daemon died without doing so itself.
-struct ExternalChanges {
-  std::optional<std::string> created_bridge;
-  std::optional<std::string> enslaved_uplink;
-
-  nlohmann::json to_json(pid_t pid) const {
-    return {{"pid", pid},
-            {"created_bridge", created_bridge ? nlohmann::json(*created_bridge) : nullptr},
-            {"enslaved_uplink", enslaved_uplink ? nlohmann::json(*enslaved_uplink) : nullptr}};
-  }
-  static ExternalChanges from_json(const nlohmann::json& state) {
-    ExternalChanges changes;
-    if (auto it = state.find("created_bridge"); it != state.end() && it->is_string()) {
-      changes.created_bridge = it->get<std::string>();
-    }
-    if (auto it = state.find("enslaved_uplink"); it != state.end() && it->is_string()) {
-      changes.enslaved_uplink = it->get<std::string>();
-    }
-    return changes;
-  }
-};
-
-// Releases the uplink we enslaved, then deletes the bridge we created. `up --create-bridge`
-// promises that `down` takes the bridge away again, so it goes even if other interfaces
-// (a namespace's veth, say) were plugged into it since: the kernel detaches them, and they
-// are named in a note so that nobody wonders where their bridge went.
-void undo(LinkControl& links, const ExternalChanges& changes, std::vector<std::string>& notes) {
-  if (changes.enslaved_uplink) {
-    if (auto uplink = links.find(*changes.enslaved_uplink); uplink && uplink->master != 0) {
-      links.change(uplink->name, LinkChange::master_of(0, false));
-    }
-  }
-  if (changes.created_bridge) {
-    if (auto bridge = links.find(*changes.created_bridge)) {
-      std::string others;
-      for (const std::string& port : links.ports_of(bridge->ifindex)) others += " " + port;
-      links.remove(bridge->name);
-      if (!others.empty()) notes.push_back("removed bridge " + bridge->name + "; detached its other ports:" + others);
-    }
-  }
-}
-
-// Called with the pid file locked: whatever else exists under the name is stale.
-void clean_stale(const std::string& name, std::vector<std::string>& notes) {
-  const auto paths = RuntimePaths::of(name);
-  std::error_code ec;
-  const bool socket_left = std::filesystem::exists(paths.socket, ec);
-  const auto state = read_state_file(paths.state_file);
-  if (!socket_left && !state) return;
-  const auto old_pid = read_pid_file(paths.pid_file);
-  if (state) {
-    LinkControl links;
-    undo(links, ExternalChanges::from_json(*state), notes);
-  }
-  std::filesystem::remove(paths.socket, ec);
-  std::filesystem::remove(paths.state_file, ec);
-  notes.push_back("cleaned up the state of a vnic " + name + " that died" +
-                  (old_pid ? " (pid " + std::to_string(*old_pid) + ")" : std::string()));
 }
 
 // Frames leave through the loop's transmit slots. When every slot is in flight, the frame
@@ -205,160 +115,6 @@ std::optional<gid_t> resolve_group(const std::optional<std::string>& name) {
   return found->gr_gid;
 }
 
-class Daemon {
- public:
-  Daemon(const VnicConfig& config, PidFileLock lock, std::vector<std::string>& notes);
-  ~Daemon() { tear_down(); }
-  Daemon(const Daemon&) = delete;
-  Daemon& operator=(const Daemon&) = delete;
-
-  void run();
-  void keep_log() { keep_log_ = true; }
-
- private:
-  void attach_bridge_and_uplink();
-  void create_tap();
-  void start_loop();
-  void start_nic(std::vector<std::string>& notes);
-  verbs::Quotas choose_quotas(std::vector<std::string>& notes);
-  void watch_link();
-  void on_link_messages(Instant now);
-  void start_control();
-  void watch_signals();
-  void record_changes();
-  nlohmann::json handle(const nlohmann::json& request, const PeerCredentials& peer);
-  void tear_down();
-
-  VnicConfig config_;
-  RuntimePaths paths_;
-  Instant started_ = Clock::now();
-  PidFileLock lock_;
-  bool keep_log_ = false;
-  bool torn_down_ = false;
-  LinkControl links_;
-  ExternalChanges changes_;
-  int bridge_ifindex_ = 0;
-  std::optional<TapDevice> tap_;
-  std::optional<EventLoop> loop_;
-  std::optional<FrameCapture> capture_;  // `rrdma-vnic capture` (vnic/capture.h)
-  TapSink sink_;
-  std::optional<stack::Interface> interface_;
-  LoopWatcher watcher_;
-  std::optional<RocePort> roce_;
-  std::optional<verbs::Nic> nic_;
-  DescriptorReport descriptors_;  // what raise_fd_limit() got
-  std::optional<Telemetry> telemetry_;  // `rrdma-vnic stats` (RoCE part) and `trace`
-  // The ifindex of the TAP this daemon made, 0 until TUNSETIFF succeeded. Only that
-  // interface is ours to delete: a refused `up` whose name belongs to someone's veth,
-  // bridge or uplink must leave it alone, and so must a tear-down racing a new interface
-  // that took the name.
-  int tap_ifindex_ = 0;
-  int link_monitor_fd_ = -1;
-  int signal_fd_ = -1;
-  std::optional<ControlServer> control_;
-};
-
-Daemon::Daemon(const VnicConfig& config, PidFileLock lock, std::vector<std::string>& notes)
-    : config_(config), paths_(RuntimePaths::of(config.name)), lock_(std::move(lock)) {
-  try {
-    clean_stale(config_.name, notes);
-    if (links_.find(config_.name)) {
-      throw std::runtime_error("an interface named " + config_.name + " already exists");
-    }
-    attach_bridge_and_uplink();
-    create_tap();
-    start_loop();
-    start_nic(notes);
-    watch_link();
-    watch_signals();
-    start_control();
-    lock_.write_pid(::getpid());
-  } catch (...) {
-    tear_down();
-    throw;
-  }
-}
-
-void Daemon::record_changes() { write_state_file(paths_.state_file, changes_.to_json(::getpid())); }
-
-void Daemon::attach_bridge_and_uplink() {
-  if (!config_.bridge) return;
-  const std::string& bridge_name = *config_.bridge;
-  auto bridge = links_.find(bridge_name);
-  if (!bridge && !config_.create_bridge) {
-    throw std::runtime_error("bridge " + bridge_name + " does not exist (add --create-bridge to create it)");
-  }
-  if (!bridge) {
-    // Recorded before the kernel call, so a crash in between still leaves a trace.
-    changes_.created_bridge = bridge_name;
-    record_changes();
-    links_.create_bridge(bridge_name);
-    bridge = links_.find(bridge_name);
-    if (!bridge) throw std::runtime_error("bridge " + bridge_name + " vanished after creation");
-  } else if (bridge->kind != "bridge") {
-    throw std::runtime_error(bridge_name + " exists but is not a bridge (it is a " +
-                             (bridge->kind.empty() ? std::string("plain device") : bridge->kind) + ")");
-  } else if (!bridge->up) {
-    links_.change(bridge_name, LinkChange::up());
-  }
-  bridge_ifindex_ = bridge->ifindex;
-  if (!config_.uplink) return;
-  const auto uplink = links_.find(*config_.uplink);
-  if (!uplink) throw std::runtime_error("uplink " + *config_.uplink + " does not exist");
-  if (uplink->master == bridge_ifindex_) return;
-  if (uplink->master != 0) {
-    throw std::runtime_error("uplink " + uplink->name + " is already a port of another bridge");
-  }
-  changes_.enslaved_uplink = uplink->name;
-  record_changes();
-  links_.change(uplink->name, LinkChange::master_of(bridge_ifindex_, true));
-}
-
-void Daemon::create_tap() {
-  try {
-    tap_.emplace(TapDevice::create(config_.name));
-  } catch (const std::system_error& failure) {
-    if (failure.code().value() == EBUSY || failure.code().value() == EEXIST) {
-      throw std::runtime_error("an interface named " + config_.name + " already exists");
-    }
-    throw;
-  }
-  const auto tap = links_.find(config_.name);
-  if (!tap) throw std::runtime_error("TAP " + config_.name + " vanished after creation");
-  tap_ifindex_ = tap->ifindex;
-  // The kernel side is only a bridge port: no address of any family (done while the
-  // link is down, before IPv6 autoconfiguration can add a link-local address).
-  if (!LinkControl::disable_ipv6(config_.name)) log_line("IPv6 not disabled on " + config_.name);
-  LinkChange change = LinkChange::up();
-  change.mtu = config_.mtu;
-  change.mac = config_.tap_mac;
-  change.tx_queue_length = kTapQueueLength;
-  if (bridge_ifindex_ != 0) change.master = bridge_ifindex_;
-  links_.change(config_.name, change);
-}
-
-void Daemon::start_loop() {
-  EventLoopConfig loop_config;
-  loop_config.frame_buffer_size = frame_buffer_size(config_.mtu);
-  loop_config.rx_buffers = kReceiveBuffers;
-  loop_.emplace(loop_config);
-  capture_.emplace(*loop_, [this] { return frame_totals(interface_->counters()); });
-  sink_.show_frames_to(*capture_);
-  sink_.attach(*loop_, tap_->fd());
-  stack::InterfaceConfig stack_config;
-  stack_config.mac = config_.mac;
-  stack_config.address = config_.address.address;
-  stack_config.prefix_len = config_.address.prefix_len;
-  stack_config.gateway = config_.gateway;
-  stack_config.mtu = config_.mtu;
-  interface_.emplace(stack_config, sink_);
-  loop_->attach_frame_device(tap_->fd(), [this](ByteSpan frame, Instant now) {
-    capture_->on_frame(frame, FrameDirection::Received);
-    interface_->receive_frame(frame, now);
-  });
-  loop_->add_timer_source([this](Instant now) { return interface_->poll(now); });
-}
-
 // Every verbs object holds fds in the daemon (a QP: two ring memfds and a doorbell), so the
 // default soft limit of 1024 would cap a vnic at a few hundred QPs: take the hard limit.
 // Returns the limits in force afterwards (the per-process quotas are derived from them).
@@ -389,9 +145,190 @@ std::uint64_t physical_memory() {
   return pages > 0 && page_size > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) : 0;
 }
 
+}  // namespace
+
+void log_line(const std::string& line) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &local);
+  std::fprintf(stderr, "%s rrdma-vnic[%d]: %s\n", stamp, static_cast<int>(::getpid()), line.c_str());
+  std::fflush(stderr);
+}
+
+class Daemon::Impl {
+ public:
+  Impl(const VnicConfig& config, PidFileLock lock, std::vector<std::string>& notes);
+  ~Impl() { tear_down(); }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  void run();
+  void keep_log() { keep_log_ = true; }
+
+ private:
+  void attach_bridge_and_uplink();
+  void attach_bridge(const std::string& bridge_name);
+  void attach_uplink(const std::string& uplink_name);
+  void create_tap();
+  void start_loop();
+  void start_nic(std::vector<std::string>& notes);
+  void add_nic_timer_sources();
+  verbs::Quotas choose_quotas(std::vector<std::string>& notes);
+  void watch_link();
+  void set_port_state(const LinkInfo& tap, Instant now);
+  void start_control();
+  void watch_signals();
+  void record_changes();
+  nlohmann::json handle(const nlohmann::json& request, const PeerCredentials& peer);
+  nlohmann::json status(Instant now);
+  nlohmann::json stats();
+  void tear_down();
+  void release_links(std::vector<std::string>& notes);
+
+  VnicConfig config_;
+  RuntimePaths paths_;
+  Instant started_ = Clock::now();
+  PidFileLock lock_;
+  bool keep_log_ = false;
+  bool torn_down_ = false;
+  LinkControl links_;
+  ExternalChanges changes_;
+  int bridge_ifindex_ = 0;
+  std::optional<TapDevice> tap_;
+  std::optional<EventLoop> loop_;
+  std::optional<FrameCapture> capture_;  // `rrdma-vnic capture` (vnic/capture.h)
+  TapSink sink_;
+  std::optional<stack::Interface> interface_;
+  LoopWatcher watcher_;
+  std::optional<RocePort> roce_;
+  std::optional<verbs::Nic> nic_;
+  DescriptorReport descriptors_;  // what raise_fd_limit() got
+  std::optional<Telemetry> telemetry_;  // `rrdma-vnic stats` (RoCE part) and `trace`
+  // The ifindex of the TAP this daemon made, 0 until TUNSETIFF succeeded. Only that
+  // interface is ours to delete: a refused `up` whose name belongs to someone's veth,
+  // bridge or uplink must leave it alone, and so must a tear-down racing a new interface
+  // that took the name.
+  int tap_ifindex_ = 0;
+  std::optional<LinkMonitor> link_monitor_;
+  bool port_active_ = true;  // what the verbs device was last told (it starts active)
+  int signal_fd_ = -1;
+  std::optional<ControlServer> control_;
+};
+
+Daemon::Impl::Impl(const VnicConfig& config, PidFileLock lock, std::vector<std::string>& notes)
+    : config_(config), paths_(RuntimePaths::of(config.name)), lock_(std::move(lock)) {
+  try {
+    clean_stale(config_.name, notes);
+    if (links_.find(config_.name)) {
+      throw std::runtime_error("an interface named " + config_.name + " already exists");
+    }
+    attach_bridge_and_uplink();
+    create_tap();
+    start_loop();
+    start_nic(notes);
+    watch_link();
+    watch_signals();
+    start_control();
+    lock_.write_pid(::getpid());
+  } catch (...) {
+    tear_down();
+    throw;
+  }
+}
+
+void Daemon::Impl::record_changes() { write_state_file(paths_.state_file, changes_.to_json(::getpid())); }
+
+void Daemon::Impl::attach_bridge_and_uplink() {
+  if (!config_.bridge) return;
+  attach_bridge(*config_.bridge);
+  if (config_.uplink) attach_uplink(*config_.uplink);
+}
+
+// Found, or created with --create-bridge (and recorded), and up.
+void Daemon::Impl::attach_bridge(const std::string& bridge_name) {
+  auto bridge = links_.find(bridge_name);
+  if (!bridge && !config_.create_bridge) {
+    throw std::runtime_error("bridge " + bridge_name + " does not exist (add --create-bridge to create it)");
+  }
+  if (!bridge) {
+    // Recorded before the kernel call, so a crash in between still leaves a trace.
+    changes_.created_bridge = bridge_name;
+    record_changes();
+    links_.create_bridge(bridge_name);
+    bridge = links_.find(bridge_name);
+    if (!bridge) throw std::runtime_error("bridge " + bridge_name + " vanished after creation");
+  } else if (bridge->kind != "bridge") {
+    throw std::runtime_error(bridge_name + " exists but is not a bridge (it is a " +
+                             (bridge->kind.empty() ? std::string("plain device") : bridge->kind) + ")");
+  } else if (!bridge->up) {
+    links_.change(bridge_name, LinkChange::up());
+  }
+  bridge_ifindex_ = bridge->ifindex;
+}
+
+// Enslaved to the bridge and brought up, unless it already is a port of it.
+void Daemon::Impl::attach_uplink(const std::string& uplink_name) {
+  const auto uplink = links_.find(uplink_name);
+  if (!uplink) throw std::runtime_error("uplink " + uplink_name + " does not exist");
+  if (uplink->master == bridge_ifindex_) return;
+  if (uplink->master != 0) {
+    throw std::runtime_error("uplink " + uplink->name + " is already a port of another bridge");
+  }
+  changes_.enslaved_uplink = uplink->name;
+  record_changes();
+  links_.change(uplink->name, LinkChange::master_of(bridge_ifindex_, true));
+}
+
+void Daemon::Impl::create_tap() {
+  try {
+    tap_.emplace(TapDevice::create(config_.name));
+  } catch (const std::system_error& failure) {
+    if (failure.code().value() == EBUSY || failure.code().value() == EEXIST) {
+      throw std::runtime_error("an interface named " + config_.name + " already exists");
+    }
+    throw;
+  }
+  const auto tap = links_.find(config_.name);
+  if (!tap) throw std::runtime_error("TAP " + config_.name + " vanished after creation");
+  tap_ifindex_ = tap->ifindex;
+  // The kernel side is only a bridge port: no address of any family (done while the
+  // link is down, before IPv6 autoconfiguration can add a link-local address).
+  if (!LinkControl::disable_ipv6(config_.name)) log_line("IPv6 not disabled on " + config_.name);
+  LinkChange change = LinkChange::up();
+  change.mtu = config_.mtu;
+  change.mac = config_.tap_mac;
+  change.tx_queue_length = kTapQueueLength;
+  if (bridge_ifindex_ != 0) change.master = bridge_ifindex_;
+  links_.change(config_.name, change);
+}
+
+void Daemon::Impl::start_loop() {
+  EventLoopConfig loop_config;
+  loop_config.frame_buffer_size = frame_buffer_size(config_.mtu);
+  loop_config.rx_buffers = kReceiveBuffers;
+  loop_.emplace(loop_config);
+  capture_.emplace(*loop_, [this] { return frame_totals(interface_->counters()); });
+  sink_.show_frames_to(*capture_);
+  sink_.attach(*loop_, tap_->fd());
+  stack::InterfaceConfig stack_config;
+  stack_config.mac = config_.mac;
+  stack_config.address = config_.address.address;
+  stack_config.prefix_len = config_.address.prefix_len;
+  stack_config.gateway = config_.gateway;
+  stack_config.mtu = config_.mtu;
+  interface_.emplace(stack_config, sink_);
+  loop_->attach_frame_device(tap_->fd(), [this](ByteSpan frame, Instant now) {
+    capture_->on_frame(frame, FrameDirection::Received);
+    interface_->receive_frame(frame, now);
+  });
+  loop_->add_timer_source([this](Instant now) { return interface_->poll(now); });
+}
+
 // The verbs device on UDP 4791. Its timers (retransmission, RNR waits) and the work it
-// defers run as a timer source of the loop.
-void Daemon::start_nic(std::vector<std::string>& notes) {
+// defers run as a timer source of the loop (add_nic_timer_sources).
+void Daemon::Impl::start_nic(std::vector<std::string>& notes) {
   descriptors_ = raise_fd_limit();
   watcher_.attach(*loop_);
   roce_.emplace(*interface_);
@@ -411,6 +348,10 @@ void Daemon::start_nic(std::vector<std::string>& notes) {
   roce_->set_observer(&*telemetry_);
   nic_->set_engine_observer(&*telemetry_);
   interface_->set_observer(&*telemetry_);
+  add_nic_timer_sources();
+}
+
+void Daemon::Impl::add_nic_timer_sources() {
   loop_->add_timer_source([this](Instant now) {
     nic_->advance(now);
     return nic_->next_deadline();
@@ -432,7 +373,7 @@ void Daemon::start_nic(std::vector<std::string>& notes) {
 // What `up` set, the rest derived from the descriptor limit the daemon got. A quota the
 // limit cannot honour is kept (the operator asked for it) but noted (`up` prints the notes
 // and the log keeps them): such a process would meet the daemon's EMFILE before its quota.
-verbs::Quotas Daemon::choose_quotas(std::vector<std::string>& notes) {
+verbs::Quotas Daemon::Impl::choose_quotas(std::vector<std::string>& notes) {
   const verbs::DeviceLimits device{.max_qp = verbs::caps::kMaxQp,
                                    .max_cq = verbs::caps::kMaxCq,
                                    .max_srq = verbs::caps::kMaxSrq,
@@ -459,40 +400,28 @@ verbs::Quotas Daemon::choose_quotas(std::vector<std::string>& notes) {
 }
 
 // The TAP's state becomes the port's (IBV_EVENT_PORT_ACTIVE / PORT_ERR, query_port): the
-// kernel's RTM_NEWLINK notifications of our ifindex, read from a NETLINK_ROUTE socket in
-// the loop. Up means administratively up with carrier (IFF_UP and IFF_RUNNING).
-void Daemon::watch_link() {
-  link_monitor_fd_ = ::socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE);
-  if (link_monitor_fd_ < 0) throw std::system_error(errno, std::generic_category(), "netlink socket");
-  sockaddr_nl address{};
-  address.nl_family = AF_NETLINK;
-  address.nl_groups = RTMGRP_LINK;
-  if (::bind(link_monitor_fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    throw std::system_error(errno, std::generic_category(), "netlink bind");
-  }
-  loop_->watch(link_monitor_fd_, [this](Instant now) { on_link_messages(now); });
+// kernel's notifications about the TAP's ifindex (LinkMonitor, vnic/link.h), read in the
+// loop. Active means administratively up with carrier (IFF_UP and IFF_RUNNING).
+// Subscribed first, then asked once: a change made in between arrives as a notification.
+void Daemon::Impl::watch_link() {
+  link_monitor_.emplace(links_, tap_ifindex_);
+  loop_->watch(link_monitor_->fd(), [this](Instant now) {
+    for (const LinkInfo& tap : link_monitor_->drain()) set_port_state(tap, now);
+  });
+  if (const auto tap = links_.find(tap_ifindex_)) set_port_state(*tap, Clock::now());
 }
 
-void Daemon::on_link_messages(Instant now) {
-  alignas(nlmsghdr) char buffer[16384];
-  for (;;) {
-    const ssize_t received = ::recv(link_monitor_fd_, buffer, sizeof(buffer), MSG_DONTWAIT);
-    if (received <= 0) return;  // EAGAIN: drained (ENOBUFS: overrun; the next message tells)
-    // An int, as NLMSG_OK/NLMSG_NEXT expect: an unsigned length wraps when the last message
-    // is shorter than its aligned length, and NLMSG_OK then walks past the buffer.
-    int length = static_cast<int>(received);
-    for (auto* message = reinterpret_cast<nlmsghdr*>(buffer); NLMSG_OK(message, length);
-         message = NLMSG_NEXT(message, length)) {
-      if (message->nlmsg_type != RTM_NEWLINK || message->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) continue;
-      const auto* info = static_cast<const ifinfomsg*>(NLMSG_DATA(message));
-      if (info->ifi_index != tap_ifindex_) continue;
-      const bool up = (info->ifi_flags & IFF_UP) != 0 && (info->ifi_flags & IFF_RUNNING) != 0;
-      nic_->set_link(up, now);
-    }
+void Daemon::Impl::set_port_state(const LinkInfo& tap, Instant now) {
+  const bool active = tap.up && tap.running;
+  if (active != port_active_) {
+    const char* why = active ? "is up with carrier" : tap.up ? "has no carrier" : "is down";
+    log_line("link: TAP " + config_.name + " " + why + ": port " + (active ? "ACTIVE" : "DOWN"));
   }
+  port_active_ = active;
+  nic_->set_link(active, now);
 }
 
-void Daemon::start_control() {
+void Daemon::Impl::start_control() {
   VerbsHooks hooks;
   hooks.connected = [this](std::uint64_t client, const PeerCredentials& peer) {
     nic_->client_connected({client, peer.pid, peer.uid, peer.pidfd});
@@ -514,7 +443,7 @@ void Daemon::start_control() {
   control_->add_stream_command("trace", [this](const nlohmann::json& request, int fd) { telemetry_->start_trace(fd, request); });
 }
 
-void Daemon::watch_signals() {
+void Daemon::Impl::watch_signals() {
   sigset_t signals;
   sigemptyset(&signals);
   for (int signal : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&signals, signal);
@@ -531,28 +460,10 @@ void Daemon::watch_signals() {
   });
 }
 
-nlohmann::json Daemon::handle(const nlohmann::json& request, const PeerCredentials& peer) {
+nlohmann::json Daemon::Impl::handle(const nlohmann::json& request, const PeerCredentials& peer) {
   const auto cmd = request["cmd"].get<std::string>();
-  const Instant now = Clock::now();
-  if (cmd == "status") {
-    DescriptorReport descriptors = descriptors_;
-    descriptors.open = open_descriptors();
-    return status_json(StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now), nic_->listing(),
-                                    descriptors, nic_->quotas(), nic_->quota_use()});
-  }
-  if (cmd == "stats") {
-    nlohmann::json stats = stats_json(interface_->counters(), loop_->counters());
-    for (const auto& [name, value] : sink_.counters()) stats["daemon"][name] = value;
-    add_layer(stats, "roce", roce_->named_counters());
-    add_layer(stats, "engine", named(nic_->engine_counters()));
-    add_layer(stats, "verbs", named(nic_->counters()));
-    add_layer(stats, "dma", named(nic_->dma_counters()));
-    for (const auto& [name, value] : named(nic_->quota_refusals())) stats["quotas"][name] = value;
-    add_layer(stats, "capture", named(capture_->counters()));
-    add_layer(stats, "control", control_->named_counters());
-    telemetry_->add_stats(stats);
-    return stats;
-  }
+  if (cmd == "status") return status(Clock::now());
+  if (cmd == "stats") return stats();
   if (cmd == "down") {
     log_line("stopping: down requested by uid " + std::to_string(peer.uid));
     loop_->stop();
@@ -561,7 +472,29 @@ nlohmann::json Daemon::handle(const nlohmann::json& request, const PeerCredentia
   return {{"error", "unknown command '" + cmd + "'"}};
 }
 
-void Daemon::run() {
+nlohmann::json Daemon::Impl::status(Instant now) {
+  DescriptorReport descriptors = descriptors_;
+  descriptors.open = open_descriptors();
+  return status_json(StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now), nic_->listing(),
+                                  descriptors, nic_->quotas(), nic_->quota_use()});
+}
+
+nlohmann::json Daemon::Impl::stats() {
+  nlohmann::json stats = stats_json(interface_->counters(), loop_->counters());
+  for (const auto& [name, value] : sink_.counters()) stats["daemon"][name] = value;
+  for (const auto& [name, value] : link_monitor_->counters()) stats["daemon"][name] = value;
+  add_layer(stats, "roce", roce_->named_counters());
+  add_layer(stats, "engine", named(nic_->engine_counters()));
+  add_layer(stats, "verbs", named(nic_->counters()));
+  add_layer(stats, "dma", named(nic_->dma_counters()));
+  for (const auto& [name, value] : named(nic_->quota_refusals())) stats["quotas"][name] = value;
+  add_layer(stats, "capture", named(capture_->counters()));
+  add_layer(stats, "control", control_->named_counters());
+  telemetry_->add_stats(stats);
+  return stats;
+}
+
+void Daemon::Impl::run() {
   log_line("up: " + config_.name + " mac " + config_.mac.to_string() + " ip " +
            config_.address.address.to_string() + "/" + std::to_string(config_.address.prefix_len) +
            " mtu " + std::to_string(config_.mtu) +
@@ -573,15 +506,15 @@ void Daemon::run() {
 // Reverse order of set-up. The loop goes before the TAP: its cancelled requests must
 // drop their references to the TAP's file, or closing our fd would not remove the
 // interface.
-void Daemon::tear_down() {
+void Daemon::Impl::tear_down() {
   if (std::exchange(torn_down_, true)) return;
   std::vector<std::string> notes;
   try {
     control_.reset();  // disconnects every verbs client: the Nic tears their resources down
     if (signal_fd_ >= 0) ::close(std::exchange(signal_fd_, -1));
-    if (link_monitor_fd_ >= 0) {
-      if (loop_) loop_->unwatch(link_monitor_fd_);
-      ::close(std::exchange(link_monitor_fd_, -1));
+    if (link_monitor_) {
+      if (loop_) loop_->unwatch(link_monitor_->fd());
+      link_monitor_.reset();
     }
     nic_.reset();
     roce_.reset();
@@ -590,11 +523,7 @@ void Daemon::tear_down() {
     capture_.reset();
     loop_.reset();
     tap_.reset();
-    if (const auto tap = links_.find(config_.name); tap && tap_ifindex_ != 0 && tap->ifindex == tap_ifindex_) {
-      notes.push_back("TAP " + config_.name + " outlived its fd; deleting it");
-      links_.remove(config_.name);
-    }
-    undo(links_, changes_, notes);
+    release_links(notes);
   } catch (const std::exception& failure) {
     notes.push_back(std::string("tear-down: ") + failure.what());
   }
@@ -606,319 +535,23 @@ void Daemon::tear_down() {
   lock_.remove();
 }
 
-// The detached child reports its start-up over a pipe, one line each:
-// "NOTE text", then "OK" or "ERR text".
-class StartupReport {
- public:
-  explicit StartupReport(int fd) : fd_(fd) {}
-  ~StartupReport() { close(); }
-  void note(const std::string& text) { send("NOTE " + text); }
-  void ok() { send("OK"); }
-  void error(const std::string& text) { send("ERR " + text); }
-  void close() {
-    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+// The TAP, should it have outlived its fd (only the one this daemon made), then the uplink
+// and the bridge as NAME.state records them.
+void Daemon::Impl::release_links(std::vector<std::string>& notes) {
+  if (const auto tap = links_.find(config_.name); tap && tap_ifindex_ != 0 && tap->ifindex == tap_ifindex_) {
+    notes.push_back("TAP " + config_.name + " outlived its fd; deleting it");
+    links_.remove(config_.name);
   }
-
- private:
-  void send(std::string line) {
-    std::replace(line.begin(), line.end(), '\n', ' ');
-    line += '\n';
-    if (fd_ >= 0 && ::write(fd_, line.data(), line.size()) < 0) close();
-  }
-  int fd_;
-};
-
-void redirect_stdio(const char* path, int flags) {
-  const int fd = ::open(path, flags | O_CLOEXEC, 0640);
-  if (fd < 0) return;
-  if ((flags & O_ACCMODE) == O_RDONLY) {
-    ::dup2(fd, STDIN_FILENO);
-  } else {
-    ::dup2(fd, STDOUT_FILENO);
-    ::dup2(fd, STDERR_FILENO);
-  }
-  ::close(fd);
+  undo(links_, changes_, notes);
 }
 
-std::string already_running(const std::string& name, const Observation& observation) {
-  return "a vnic named " + name + " is already running" +
-         (observation.recorded_pid ? " (pid " + std::to_string(*observation.recorded_pid) + ")" : std::string());
-}
+Daemon::Daemon(const VnicConfig& config, PidFileLock lock, std::vector<std::string>& notes)
+    : impl_(std::make_unique<Impl>(config, std::move(lock), notes)) {}
 
-// The detached daemon's whole life; never returns to the CLI's code.
-[[noreturn]] void run_detached(const VnicConfig& config, int report_fd) {
-  StartupReport report(report_fd);
-  ::setsid();
-  if (::chdir("/") != 0) report.note("cannot chdir to /");
-  redirect_stdio("/dev/null", O_RDONLY);
-  redirect_stdio("/dev/null", O_WRONLY);
-  const auto paths = RuntimePaths::of(config.name);
-  int code = 0;
-  try {
-    auto lock = PidFileLock::acquire(paths.pid_file);
-    if (!lock) throw std::runtime_error(already_running(config.name, observe(config.name)));
-    redirect_stdio(paths.log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC);
-    std::vector<std::string> notes;
-    Daemon daemon(config, std::move(*lock), notes);
-    for (const auto& note : notes) {
-      report.note(note);
-      log_line(note);
-    }
-    report.ok();
-    report.close();
-    try {
-      daemon.run();
-    } catch (const std::exception& failure) {
-      log_line(std::string("fatal: ") + failure.what());
-      daemon.keep_log();
-      code = 1;
-    }
-  } catch (const std::exception& failure) {
-    report.error(failure.what());
-    code = 1;
-  }
-  std::fflush(nullptr);
-  ::_exit(code);
-}
+Daemon::~Daemon() = default;
 
-Outcome run_foreground(const VnicConfig& config) {
-  Outcome outcome;
-  const auto paths = RuntimePaths::of(config.name);
-  try {
-    auto lock = PidFileLock::acquire(paths.pid_file);
-    if (!lock) return {false, already_running(config.name, observe(config.name)), {}};
-    Daemon daemon(config, std::move(*lock), outcome.notes);
-    for (const auto& note : outcome.notes) log_line(note);
-    outcome.notes.clear();
-    daemon.run();
-    outcome.ok = true;
-    outcome.message = config.name + " is down";
-  } catch (const std::exception& failure) {
-    outcome.message = failure.what();
-  }
-  return outcome;
-}
+void Daemon::run() { impl_->run(); }
 
-// Reads the child's start-up report until "OK", "ERR" or the end of the pipe.
-Outcome read_startup_report(int fd, pid_t child) {
-  Outcome outcome;
-  std::string pending;
-  const auto deadline = std::chrono::steady_clock::now() + kSetupTimeout;
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd entry{fd, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&entry, 1, static_cast<int>(left.count())) <= 0) {
-      outcome.message = "the daemon did not finish its set-up in time (pid " + std::to_string(child) + ")";
-      return outcome;
-    }
-    char buffer[512];
-    const ssize_t got = ::read(fd, buffer, sizeof(buffer));
-    if (got <= 0) break;
-    pending.append(buffer, static_cast<std::size_t>(got));
-    for (std::size_t end; (end = pending.find('\n')) != std::string::npos; pending.erase(0, end + 1)) {
-      const std::string line = pending.substr(0, end);
-      if (line.rfind("NOTE ", 0) == 0) outcome.notes.push_back(line.substr(5));
-      if (line.rfind("ERR ", 0) == 0) {
-        outcome.message = line.substr(4);
-        return outcome;
-      }
-      if (line == "OK") {
-        outcome.ok = true;
-        return outcome;
-      }
-    }
-  }
-  outcome.message = "the daemon exited during set-up";
-  return outcome;
-}
-
-Outcome wait_until_answering(const VnicConfig& config) {
-  const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
-  std::string error;
-  do {
-    if (auto client = ControlClient::connect(RuntimePaths::of(config.name).socket, error)) {
-      if (auto reply = client->request({{"cmd", "status"}}, kRequestTimeout, error)) {
-        return {true,
-                config.name + " is up: " + reply->value("mac", "") + " " + reply->value("ip", "") +
-                    " (pid " + std::to_string(reply->value("pid", 0)) + ")",
-                {}};
-      }
-    }
-    std::this_thread::sleep_for(20ms);
-  } while (std::chrono::steady_clock::now() < deadline);
-  return {false, "the daemon does not answer on its control socket: " + error, {}};
-}
-
-Outcome start_detached(const VnicConfig& config) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return {false, std::string("pipe: ") + std::strerror(errno), {}};
-  std::fflush(nullptr);
-  const pid_t child = ::fork();
-  if (child < 0) return {false, std::string("fork: ") + std::strerror(errno), {}};
-  if (child == 0) {
-    ::close(fds[0]);
-    run_detached(config, fds[1]);
-  }
-  ::close(fds[1]);
-  Outcome outcome = read_startup_report(fds[0], child);
-  ::close(fds[0]);
-  if (!outcome.ok) {
-    ::waitpid(child, nullptr, 0);
-    return outcome;
-  }
-  Outcome answered = wait_until_answering(config);
-  answered.notes = std::move(outcome.notes);
-  return answered;
-}
-
-bool wait_until_unlocked(const std::string& name, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (observe(name).lock_held) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
-
-Outcome clean_stale_by_command(const std::string& name) {
-  auto lock = PidFileLock::acquire(RuntimePaths::of(name).pid_file);
-  if (!lock) return {false, "vnic " + name + " is starting; try again", {}};
-  Outcome outcome{true, name + " was not running", {}};
-  try {
-    clean_stale(name, outcome.notes);
-  } catch (const std::exception& failure) {
-    return {false, std::string("cleaning up ") + name + ": " + failure.what(), {}};
-  }
-  std::error_code ec;
-  std::filesystem::remove(RuntimePaths::of(name).log_file, ec);
-  lock->remove();
-  return outcome;
-}
-
-std::string not_running(const std::string& name, const Observation& observation) {
-  if (observation.socket_denied) return socket_denied_message(name);
-  switch (assess(observation)) {
-    case Liveness::kAbsent: return "no vnic named " + name;
-    case Liveness::kStarting: return "vnic " + name + " is starting or not answering";
-    case Liveness::kStale:
-      return "vnic " + name + " is not running (its daemon died; `rrdma-vnic down " + name +
-             "` removes what it left)";
-    case Liveness::kRunning: break;
-  }
-  return {};
-}
-
-}  // namespace
-
-std::optional<std::string> missing_net_admin() {
-  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
-  if (::syscall(SYS_capget, &header, data) != 0) {
-    return std::string("cannot read this process's capabilities: ") + std::strerror(errno);
-  }
-  if ((data[CAP_TO_INDEX(CAP_NET_ADMIN)].effective & CAP_TO_MASK(CAP_NET_ADMIN)) != 0) return std::nullopt;
-  return std::string(
-      "this needs CAP_NET_ADMIN (to create the TAP and configure links): run it as root, "
-      "or grant the capability, e.g. setcap cap_net_admin+ep $(command -v rrdma-vnic)");
-}
-
-Outcome start_vnic(const VnicConfig& config, bool foreground) {
-  if (auto missing = missing_net_admin()) return {false, *missing, {}};
-  const Observation observation = observe(config.name);
-  const Liveness liveness = assess(observation);
-  if (liveness == Liveness::kRunning || liveness == Liveness::kStarting) {
-    return {false, already_running(config.name, observation), {}};
-  }
-  return foreground ? run_foreground(config) : start_detached(config);
-}
-
-// Ports of the bridge `up` created, other than the vnic's own TAP.
-static std::vector<std::string> other_ports_of(const std::optional<std::string>& bridge_name, const std::string& tap) {
-  std::vector<std::string> others;
-  if (!bridge_name) return others;
-  try {
-    LinkControl links;
-    if (auto bridge = links.find(*bridge_name)) {
-      for (std::string& port : links.ports_of(bridge->ifindex))
-        if (port != tap) others.push_back(std::move(port));
-    }
-  } catch (const std::exception&) {
-  }
-  return others;
-}
-
-Outcome stop_vnic(const std::string& name) {
-  if (!is_valid_interface_name(name)) return {false, "bad name '" + name + "'", {}};
-  const Observation observation = observe(name);
-  const Liveness liveness = assess(observation);
-  if (liveness == Liveness::kStale) return clean_stale_by_command(name);
-  if (liveness != Liveness::kRunning) return {false, not_running(name, observation), {}};
-  const auto state = read_state_file(RuntimePaths::of(name).state_file);
-  const ExternalChanges changes = state ? ExternalChanges::from_json(*state) : ExternalChanges{};
-  // The daemon detaches these when it deletes its bridge; its log goes with a clean stop,
-  // so the note is made here.
-  const std::vector<std::string> detached = other_ports_of(changes.created_bridge, name);
-  std::string error;
-  auto client = ControlClient::connect(RuntimePaths::of(name).socket, error);
-  if (!client) return {false, "cannot reach vnic " + name + ": " + error, {}};
-  auto reply = client->request({{"cmd", "down"}}, kRequestTimeout, error);
-  if (!reply) return {false, "vnic " + name + " did not answer: " + error, {}};
-  if (reply->contains("error")) return {false, reply->value("error", ""), {}};
-  client->wait_closed(kStopTimeout);
-  if (!wait_until_unlocked(name, kStopTimeout)) {
-    return {false, "vnic " + name + " did not stop within " + std::to_string(kStopTimeout.count()) + " ms", {}};
-  }
-  Outcome outcome{true, name + " is down", {}};
-  if (!detached.empty()) {
-    std::string ports;
-    for (const std::string& port : detached) ports += " " + port;
-    outcome.notes.push_back("removed bridge " + *changes.created_bridge + "; detached its other ports:" + ports);
-  }
-  return outcome;
-}
-
-QueryResult query_vnic(const std::string& name, const std::string& cmd) {
-  if (!is_valid_interface_name(name)) return {std::nullopt, "bad name '" + name + "'"};
-  const Observation observation = observe(name);
-  if (assess(observation) != Liveness::kRunning) return {std::nullopt, not_running(name, observation)};
-  std::string error;
-  auto client = ControlClient::connect(RuntimePaths::of(name).socket, error);
-  if (!client) return {std::nullopt, "cannot reach vnic " + name + ": " + error};
-  auto reply = client->request({{"cmd", cmd}}, kRequestTimeout, error);
-  if (!reply) return {std::nullopt, "vnic " + name + " did not answer: " + error};
-  if (reply->contains("error")) return {std::nullopt, reply->value("error", "")};
-  return {std::move(reply), {}};
-}
-
-Listing list_vnics() {
-  Listing listing;
-  std::set<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(runtime_dir(), ec)) {
-    const auto extension = entry.path().extension();
-    if (extension == ".sock" || extension == ".pid") names.insert(entry.path().stem().string());
-  }
-  for (const auto& name : names) {
-    const Observation observation = observe(name);
-    switch (assess(observation)) {
-      case Liveness::kRunning: {
-        auto result = query_vnic(name, "status");
-        if (result.reply) {
-          listing.running.push_back(std::move(*result.reply));
-        } else {
-          listing.notes.push_back(name + ": " + result.error);
-        }
-        break;
-      }
-      case Liveness::kStarting:
-        listing.notes.push_back(observation.socket_denied ? socket_denied_message(name)
-                                                          : name + ": starting or not answering");
-        break;
-      case Liveness::kStale: listing.notes.push_back(not_running(name, observation)); break;
-      case Liveness::kAbsent: break;
-    }
-  }
-  return listing;
-}
+void Daemon::keep_log() { impl_->keep_log(); }
 
 }  // namespace rrdma::vnic

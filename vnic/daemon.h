@@ -1,49 +1,43 @@
 // The daemon: the composition root that makes a process into the NIC. It owns the TAP,
-// the links it changed, the io_uring loop, the stack's Interface and the control socket,
-// and undoes all of it on the way out. Also the calls the CLI makes: start, stop, query,
-// list.
+// the links it changed, the io_uring loop, the stack's Interface, the verbs device, the
+// link monitor and the control socket, and undoes all of it on the way out.
+//
+// Runs in the daemon process only: the child that `up` forked and detached, or the CLI's
+// own process under `up --foreground` (vnic/lifecycle.h makes either and calls this).
 #pragma once
 
-#include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "vnic/config.h"
+#include "vnic/runtime.h"
 
 namespace rrdma::vnic {
 
-struct Outcome {
-  bool ok = false;
-  std::string message;             // the error when !ok, a summary line when ok
-  std::vector<std::string> notes;  // things worth telling the user either way
+// One line in the daemon's log (its stderr: NAME.log when detached), with a time stamp
+// and the pid.
+void log_line(const std::string& line);
+
+class Daemon {
+ public:
+  // Sets the vnic up, in order: stale state of the name undone, bridge and uplink, TAP,
+  // loop and stack, verbs device, link monitor, signals, control socket, pid. Throws with
+  // the reason when it cannot (having undone what it did); `notes` gets what is worth
+  // telling the user either way.
+  Daemon(const VnicConfig& config, PidFileLock lock, std::vector<std::string>& notes);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Until SIGTERM/SIGINT/SIGHUP or a `down` request. Throws on a fatal error.
+  void run();
+  // Keeps NAME.log when the daemon goes (after a fatal error, for the user to read).
+  void keep_log();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
 };
-
-// nullopt when this process may configure network interfaces; else why it may not.
-std::optional<std::string> missing_net_admin();
-
-// `rrdma-vnic up`. In the foreground it returns when the vnic is stopped; otherwise it
-// returns once the detached daemon answers on its control socket (or failed to start).
-Outcome start_vnic(const VnicConfig& config, bool foreground);
-
-// `rrdma-vnic down`: asks the daemon to stop and waits until it is gone; cleans up the
-// state a dead daemon left behind.
-Outcome stop_vnic(const std::string& name);
-
-// Sends {"cmd": cmd} to a running vnic: its reply, or an error.
-struct QueryResult {
-  std::optional<nlohmann::json> reply;
-  std::string error;
-};
-QueryResult query_vnic(const std::string& name, const std::string& cmd);
-
-// The status of every running vnic under the runtime directory, sorted by name, and
-// notes about names whose daemon died.
-struct Listing {
-  std::vector<nlohmann::json> running;
-  std::vector<std::string> notes;
-};
-Listing list_vnics();
 
 }  // namespace rrdma::vnic

@@ -1,13 +1,18 @@
 #include "vnic/link.h"
 
 #include <linux/if.h>
+#include <linux/rtnetlink.h>
 
+#include <cstring>
 #include <fstream>
 
 #include <netlink/errno.h>
+#include <netlink/msg.h>
 #include <netlink/netlink.h>
+#include <netlink/object.h>
 #include <netlink/route/link.h>
 #include <netlink/route/link/bridge.h>
+#include <netlink/socket.h>
 
 namespace rrdma::vnic {
 namespace {
@@ -38,24 +43,38 @@ LinkPtr allocate_link() {
 LinkInfo describe(rtnl_link* link) {
   LinkInfo info;
   info.ifindex = rtnl_link_get_ifindex(link);
-  info.name = rtnl_link_get_name(link);
+  // NULL for an object without IFLA_IFNAME (libnl's parser refuses such messages).
+  if (const char* name = rtnl_link_get_name(link)) info.name = name;
   if (const char* kind = rtnl_link_get_type(link)) info.kind = kind;
   info.master = rtnl_link_get_master(link);
   info.up = (rtnl_link_get_flags(link) & IFF_UP) != 0;
+  info.running = (rtnl_link_get_flags(link) & IFF_RUNNING) != 0;
   return info;
 }
+
+NetlinkSocket connect_route_socket() {
+  NetlinkSocket socket(nl_socket_alloc());
+  if (!socket) throw NetlinkError("nl_socket_alloc", -NLE_NOMEM);
+  check(nl_connect(socket.get(), NETLINK_ROUTE), "connect to rtnetlink");
+  return socket;
+}
+
+// The monitor's receive buffer. nl_connect() sets 32 KiB, less than the kernel's default
+// (212992 bytes): 28 RTM_NEWLINK notifications of a TAP, which a host starting a few
+// containers at once sends in a moment. Capped by net.core.rmem_max.
+constexpr int kMonitorReceiveBuffer = 1 << 20;
+// Errors in a row (other than "nothing left") after which drain() gives up until the next
+// readiness, so that a socket that keeps failing cannot hold the loop.
+constexpr int kMonitorErrorsInARow = 64;
 
 }  // namespace
 
 NetlinkError::NetlinkError(const std::string& what, int nl_error)
     : std::runtime_error(what + ": " + nl_geterror(nl_error)), code_(nl_error < 0 ? -nl_error : nl_error) {}
 
-void LinkControl::SocketDeleter::operator()(nl_sock* socket) const { nl_socket_free(socket); }
+void NetlinkSocketDeleter::operator()(nl_sock* socket) const { nl_socket_free(socket); }
 
-LinkControl::LinkControl() : socket_(nl_socket_alloc()) {
-  if (!socket_) throw NetlinkError("nl_socket_alloc", -NLE_NOMEM);
-  check(nl_connect(socket_.get(), NETLINK_ROUTE), "connect to rtnetlink");
-}
+LinkControl::LinkControl() : socket_(connect_route_socket()) {}
 
 LinkControl::~LinkControl() = default;
 
@@ -64,6 +83,15 @@ std::optional<LinkInfo> LinkControl::find(const std::string& name) {
   const int rc = rtnl_link_get_kernel(socket_.get(), 0, name.c_str(), &raw);
   if (rc == -NLE_OBJ_NOTFOUND || rc == -NLE_NODEV) return std::nullopt;
   check(rc, "look up link " + name);
+  LinkPtr link(raw);
+  return describe(link.get());
+}
+
+std::optional<LinkInfo> LinkControl::find(int ifindex) {
+  rtnl_link* raw = nullptr;
+  const int rc = rtnl_link_get_kernel(socket_.get(), ifindex, nullptr, &raw);
+  if (rc == -NLE_OBJ_NOTFOUND || rc == -NLE_NODEV) return std::nullopt;
+  check(rc, "look up link " + std::to_string(ifindex));
   LinkPtr link(raw);
   return describe(link.get());
 }
@@ -119,6 +147,105 @@ bool LinkControl::disable_ipv6(const std::string& name) {
   knob << "1\n";
   knob.flush();
   return static_cast<bool>(knob);
+}
+
+namespace {
+
+// nl_msg_parse() hands the parsed object to a callback; this one keeps a link's state.
+void keep_link(nl_object* object, void* out) {
+  if (std::strcmp(nl_object_get_type(object), "route/link") != 0) return;
+  // The object is an rtnl_link (its type says so); libnl's API hands it out as nl_object.
+  auto* link = reinterpret_cast<rtnl_link*>(object);
+  *static_cast<std::optional<LinkInfo>*>(out) = describe(link);
+}
+
+}  // namespace
+
+LinkNotification read_link_notification(nl_msg* message) {
+  using Verdict = LinkNotification::Verdict;
+  const sockaddr_nl* sender = nlmsg_get_src(message);
+  if (sender == nullptr || sender->nl_pid != 0) return {};
+  const int type = nlmsg_hdr(message)->nlmsg_type;
+  if (type != RTM_NEWLINK && type != RTM_DELLINK) return {};
+  // route/link's parser: the header's length, then nlmsg_parse() against its policy.
+  std::optional<LinkInfo> link;
+  if (nl_msg_parse(message, keep_link, &link) < 0 || !link) return {};
+  if (type != RTM_NEWLINK) return {Verdict::kIgnored, {}};
+  return {Verdict::kNewLink, std::move(*link)};
+}
+
+LinkMonitor::LinkMonitor(LinkControl& queries, int ifindex)
+    : queries_(queries), ifindex_(ifindex), socket_(nl_socket_alloc()) {
+  if (!socket_) throw NetlinkError("nl_socket_alloc", -NLE_NOMEM);
+  // Notifications carry sequence number 0; libnl's default check expects its own.
+  nl_socket_disable_seq_check(socket_.get());
+  check(nl_socket_modify_cb(socket_.get(), NL_CB_VALID, NL_CB_CUSTOM, on_message, this), "link monitor callback");
+  check(nl_connect(socket_.get(), NETLINK_ROUTE), "connect to rtnetlink");
+  check(nl_socket_set_buffer_size(socket_.get(), kMonitorReceiveBuffer, 0), "link monitor buffer");
+  check(nl_socket_set_nonblocking(socket_.get()), "link monitor non-blocking");
+  check(nl_socket_add_membership(socket_.get(), RTNLGRP_LINK), "subscribe to link notifications");
+}
+
+LinkMonitor::~LinkMonitor() = default;
+
+int LinkMonitor::fd() const { return nl_socket_get_fd(socket_.get()); }
+
+std::vector<LinkInfo> LinkMonitor::drain() {
+  announced_.clear();
+  bool overran = false;
+  for (int errors = 0; errors < kMonitorErrorsInARow;) {
+    // One datagram a call, each of its messages through on_message().
+    const int rc = nl_recvmsgs_default(socket_.get());
+    if (rc == -NLE_AGAIN) break;
+    if (rc == 0) {
+      errors = 0;
+      continue;
+    }
+    ++errors;
+    if (rc == -NLE_NOMEM) {  // ENOBUFS: the kernel dropped notifications
+      ++overruns_;
+      overran = true;
+    } else {
+      ++rejected_;  // a datagram libnl refused as a whole (e.g. a forged NLMSG_ERROR)
+    }
+  }
+  if (overran) ask_after_overrun();
+  return std::move(announced_);
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> LinkMonitor::counters() const {
+  return {{"link_notifications", notifications_}, {"link_messages_rejected", rejected_}, {"link_overruns", overruns_}};
+}
+
+// Called by libnl, a C library: nothing may be thrown through it.
+int LinkMonitor::on_message(nl_msg* message, void* monitor) {
+  try {
+    static_cast<LinkMonitor*>(monitor)->take(message);
+  } catch (...) {  // bad_alloc: the rest of the datagram is dropped, the next drain() goes on
+    return NL_STOP;
+  }
+  return NL_OK;
+}
+
+void LinkMonitor::take(nl_msg* message) {
+  const LinkNotification notification = read_link_notification(message);
+  switch (notification.verdict) {
+    case LinkNotification::Verdict::kNewLink:
+      if (notification.link.ifindex != ifindex_) return;
+      ++notifications_;
+      announced_.push_back(notification.link);
+      return;
+    case LinkNotification::Verdict::kIgnored: return;
+    case LinkNotification::Verdict::kRejected: ++rejected_; return;
+  }
+}
+
+void LinkMonitor::ask_after_overrun() {
+  try {
+    if (auto link = queries_.find(ifindex_)) announced_.push_back(std::move(*link));
+  } catch (const NetlinkError&) {
+    // The next notification tells.
+  }
 }
 
 }  // namespace rrdma::vnic

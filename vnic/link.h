@@ -1,15 +1,20 @@
-// Link configuration over rtnetlink with libnl-route-3: the TAP's MAC, MTU, master and
-// up flag; bridges created and deleted; uplinks enslaved and released. No `ip` command.
+// Links over rtnetlink with libnl-route-3, in the daemon and in the CLI: configuration
+// (the TAP's MAC, MTU, master and up flag; bridges created and deleted; uplinks enslaved
+// and released; no `ip` command), and, in the daemon only, the kernel's notifications
+// about the TAP (LinkMonitor), read on the event loop.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stack/addresses.h"
 
+struct nl_msg;
 struct nl_sock;
 
 namespace rrdma::vnic {
@@ -28,8 +33,14 @@ struct LinkInfo {
   std::string name;
   std::string kind;  // IFLA_INFO_KIND: "bridge", "tun", "veth", "" for plain devices
   int master = 0;    // ifindex of the bridge it is a port of, 0 if none
-  bool up = false;
+  bool up = false;       // IFF_UP: administratively up
+  bool running = false;  // IFF_RUNNING: up and with carrier (operationally up)
 };
+
+struct NetlinkSocketDeleter {
+  void operator()(nl_sock* socket) const;
+};
+using NetlinkSocket = std::unique_ptr<nl_sock, NetlinkSocketDeleter>;
 
 // What to change on a link; unset fields are left alone.
 struct LinkChange {
@@ -52,8 +63,9 @@ struct LinkChange {
   }
 };
 
-// One NETLINK_ROUTE socket. Every call is a synchronous request/ack: this is set-up and
-// tear-down work, never on the event loop's path.
+// One NETLINK_ROUTE socket. Every call is a synchronous request/ack: set-up and tear-down
+// work, and the one question LinkMonitor asks after an overrun (the kernel answers an
+// rtnetlink request inside the sendmsg call, so the reply is queued before it is read).
 class LinkControl {
  public:
   LinkControl();
@@ -62,6 +74,7 @@ class LinkControl {
   LinkControl& operator=(const LinkControl&) = delete;
 
   std::optional<LinkInfo> find(const std::string& name);
+  std::optional<LinkInfo> find(int ifindex);
   // The names of the links whose master is `bridge_ifindex`.
   std::vector<std::string> ports_of(int bridge_ifindex);
   void create_bridge(const std::string& name);
@@ -73,10 +86,57 @@ class LinkControl {
   static bool disable_ipv6(const std::string& name);
 
  private:
-  struct SocketDeleter {
-    void operator()(nl_sock* socket) const;
+  NetlinkSocket socket_;
+};
+
+// What one netlink message says about a link. Netlink input is hostile until libnl's
+// parser has checked it (every attribute's length against the route/link policy); only
+// the kernel's own messages count (a process with CAP_NET_ADMIN can send to our socket).
+struct LinkNotification {
+  enum class Verdict {
+    kNewLink,   // RTM_NEWLINK from the kernel, parsed: `link` is its state
+    kIgnored,   // a well-formed message of another kind (RTM_DELLINK)
+    kRejected,  // not from the kernel, of a type route/link does not know, or malformed
   };
-  std::unique_ptr<nl_sock, SocketDeleter> socket_;
+  Verdict verdict = Verdict::kRejected;
+  LinkInfo link;  // only the fields the message carried
+};
+LinkNotification read_link_notification(nl_msg* message);
+
+// The kernel's notifications (RTNLGRP_LINK) about one link, read without ever blocking:
+// the event loop watches fd() and calls drain() when it is readable.
+class LinkMonitor {
+ public:
+  // Subscribes to the link notifications of the network namespace. `queries` answers the
+  // one question the notifications cannot: the link's state after the kernel dropped some
+  // of them (the socket's receive buffer overran).
+  LinkMonitor(LinkControl& queries, int ifindex);
+  ~LinkMonitor();
+  LinkMonitor(const LinkMonitor&) = delete;
+  LinkMonitor& operator=(const LinkMonitor&) = delete;
+
+  int fd() const;
+  // Reads until the socket is empty, or until 64 reads in a row failed (the rest waits for
+  // the next readiness: the loop is never held). Returns the states the kernel announced
+  // for the link, oldest first, changes or not (RTM_NEWLINK also reports statistics and
+  // other fields); after an overrun, the state asked of the kernel comes last.
+  std::vector<LinkInfo> drain();
+
+  // link_notifications (RTM_NEWLINK of this link), link_messages_rejected, link_overruns.
+  std::vector<std::pair<std::string, std::uint64_t>> counters() const;
+
+ private:
+  static int on_message(nl_msg* message, void* monitor);
+  void take(nl_msg* message);
+  void ask_after_overrun();
+
+  LinkControl& queries_;
+  int ifindex_;
+  NetlinkSocket socket_;
+  std::vector<LinkInfo> announced_;  // filled by take() during drain()
+  std::uint64_t notifications_ = 0;
+  std::uint64_t rejected_ = 0;
+  std::uint64_t overruns_ = 0;
 };
 
 }  // namespace rrdma::vnic

@@ -10,7 +10,7 @@
 //    allows, and it parses back to itself; a refused request gets exactly {"error": string};
 //  - parse_trace_filter() returns, and a filter it accepts is what the request said: "qp"
 //    an integer 0 .. 0xffffff and equal to the filter's QP, the layers a non-empty subset.
-// The handler plays the daemon's Daemon::handle for the commands it knows (vnic/daemon.cpp:
+// The handler plays the daemon's Daemon::Impl::handle for the commands it knows (vnic/daemon.cpp:
 // replies that do not depend on the request, and "unknown command '<cmd>'" that echoes it)
 // and the stream commands' request parsing (trace; capture reads no field).
 // Returns a description of the first property that fails, or nullptr.
