@@ -90,7 +90,7 @@ RoceHeaders roce_headers(stack::MacAddress source_mac, stack::MacAddress destina
 
 // --- Building frames: one path -------------------------------------------------------
 //
-// Every RoCE v2 frame we build is written in one pass, each byte once, by three pieces:
+// Every RoCE v2 frame we build is written in one pass, each header once, by three pieces:
 //   stack::emit_udp_packet  writes the IPv4 and UDP headers (the stack's own writers), then
 //   TransportPayload        writes the transport packet in place as the UDP payload
 //                           (write_transport: headers, payload, pad), and then

@@ -82,10 +82,10 @@ class PacketFinalizer {
 };
 
 // Lays out one IPv4/UDP packet in `ip_packet` (exactly ip.total_length() bytes, with
-// ip.payload_length == udp.total_length()), each byte written once, in order: the IPv4
-// header, the UDP header with checksum 0, the payload from `payload` (udp.payload_length -
-// trailer_length bytes), `trailer_length` zero bytes that `finalizer` (if any) then writes
-// over the finished packet, and last, if `compute_checksum`, the UDP checksum over all of it.
+// ip.payload_length == udp.total_length()), in one pass, in order: the IPv4 header, the UDP
+// header with checksum 0, the payload from `payload` (udp.payload_length - trailer_length
+// bytes), `trailer_length` zero bytes that `finalizer` (if any) then writes over the
+// finished packet, and last, if `compute_checksum`, the UDP checksum over all of it.
 // Interface::send_udp builds every datagram with it, from the header values it decides
 // (route, identification); a test that needs a packet with header values of its own builds
 // it with the same function (rocev2::build_frame), so that both are the same bytes.
