@@ -1,8 +1,5 @@
 #include "rocev2/encap.h"
 
-#include <algorithm>
-#include <cassert>
-
 #include "rocev2/icrc.h"
 
 namespace rrdma::rocev2 {
@@ -10,13 +7,7 @@ namespace rrdma::rocev2 {
 namespace {
 
 constexpr std::size_t kIpv4At = stack::EthernetHeader::length();
-constexpr std::size_t kUdpAt = kIpv4At + stack::Ipv4Header::length();
-constexpr std::size_t kBthAt = kUdpAt + stack::UdpHeader::length();
 constexpr std::size_t kMaxIpv4TotalLength = 0xFFFF;
-
-std::size_t transport_length_for(const TransportPacket& p, std::size_t payload_length) {
-  return header_length(p) + payload_length + pad_count_for(payload_length) + kIcrcLength;
-}
 
 }  // namespace
 
@@ -38,57 +29,35 @@ RoceHeaders roce_headers(stack::MacAddress source_mac, stack::MacAddress destina
   return h;
 }
 
-std::size_t frame_length(const TransportPacket& p, std::size_t payload_length) {
-  return kFrameHeadersLength + transport_length_for(p, payload_length);
+TransportPayload::TransportPayload(const TransportPacket& packet) : packet_(packet) {
+  packet_.bth.pad_count = pad_count_for(packet_.payload.size());
+  error_ = check_transport(packet_);
 }
 
-std::size_t frame_payload_offset(const TransportPacket& p) { return kFrameHeadersLength + header_length(p); }
+void IcrcFinalizer::finalize(MutableByteSpan ip_packet) { seal_icrc(ip_packet); }
 
-EmitError emit_frame_headers(const RoceHeaders& h, const TransportPacket& p, std::size_t payload_length,
-                             MutableByteSpan out) {
-  if (header_length(p) == 0) return EmitError::unknown_opcode;
-  const std::size_t transport = transport_length_for(p, payload_length);
+std::size_t frame_length(const TransportPacket& p) { return kFrameHeadersLength + transport_length(p); }
+
+EmitError build_frame(const RoceHeaders& h, const TransportPacket& p, MutableByteSpan out) {
+  TransportPayload payload(p);
+  if (payload.error() != EmitError::none) return payload.error();
+  const std::size_t transport = transport_length(payload.packet());
   if (stack::Ipv4Header::length() + stack::UdpHeader::length() + transport > kMaxIpv4TotalLength)
     return EmitError::too_long;
   if (out.size() < kFrameHeadersLength + transport) return EmitError::buffer_too_small;
-
-  TransportPacket padded = p;
-  padded.bth.pad_count = pad_count_for(payload_length);
-  const EmitError e = emit_transport_headers(padded, payload_length, out.subspan(kBthAt));
-  if (e != EmitError::none) return e;
 
   stack::UdpHeader udp = h.udp;
   udp.payload_length = static_cast<std::uint16_t>(transport);
   stack::Ipv4Header ipv4 = h.ipv4;
   ipv4.payload_length = static_cast<std::uint16_t>(udp.total_length());
   h.ethernet.emit(out);
-  ipv4.emit(out.subspan(kIpv4At));
-  udp.emit(out.subspan(kUdpAt));
+  IcrcFinalizer icrc;
+  stack::emit_udp_packet(ipv4, udp, payload, kIcrcLength, &icrc, /*compute_checksum=*/false,
+                         out.subspan(kIpv4At, ipv4.total_length()));
   return EmitError::none;
 }
 
-bool seal_frame(MutableByteSpan frame) {
-  const auto bth = BthView::check(ByteSpan(frame).subspan(std::min(kBthAt, frame.size())));
-  if (!bth || frame.size() < kBthAt + kBthLength + bth->pad_count() + kIcrcLength) return false;
-  const std::size_t icrc_at = frame.size() - kIcrcLength;
-  std::fill(frame.begin() + static_cast<std::ptrdiff_t>(icrc_at - bth->pad_count()),
-            frame.begin() + static_cast<std::ptrdiff_t>(icrc_at), std::uint8_t{0});
-  const ByteSpan f(frame);
-  const auto icrc = compute_icrc(f.subspan(kIpv4At, stack::Ipv4Header::length()),
-                                 f.subspan(kUdpAt, stack::UdpHeader::length()),
-                                 f.subspan(kBthAt, icrc_at - kBthAt));
-  const auto bytes = icrc_bytes(*icrc);
-  std::copy(bytes.begin(), bytes.end(), frame.begin() + static_cast<std::ptrdiff_t>(icrc_at));
-  return true;
-}
-
-EmitError build_frame(const RoceHeaders& h, const TransportPacket& p, MutableByteSpan out) {
-  const EmitError e = emit_frame_headers(h, p, p.payload.size(), out);
-  if (e != EmitError::none) return e;
-  std::copy(p.payload.begin(), p.payload.end(), out.begin() + static_cast<std::ptrdiff_t>(frame_payload_offset(p)));
-  seal_frame(out.first(frame_length(p)));
-  return EmitError::none;
-}
+bool seal_frame(MutableByteSpan frame) { return frame.size() >= kIpv4At && seal_icrc(frame.subspan(kIpv4At)); }
 
 std::string_view to_string(FrameError e) {
   switch (e) {

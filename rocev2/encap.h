@@ -1,18 +1,21 @@
 // RoCE v2 over UDP/IPv4 (IBA Annex A17.3, packet format): how an IB transport packet travels in an
-// Ethernet frame, and the whole-frame builder and parser/verifier.
+// Ethernet frame; the pieces that put it there (the same for the daemon and for tests), and
+// the whole-frame parser/verifier.
 //
 //   Ethernet (0x0800) | IPv4 (20 B, DF, TTL 64, TOS 0, protocol 17) |
 //   UDP (destination 4791, checksum 0, source port chosen per QP pair) |
 //   BTH | extension headers | payload | pad | ICRC (4 B, little-endian)
 //
-// The Ethernet, IPv4 and UDP layers are the stack's views and values (stack/); this file
-// only fixes the values RoCE v2 puts in them and checks them on receive.
+// The Ethernet, IPv4 and UDP layers are the stack's views and values (stack/), written by the
+// stack's own code; this file only fixes the values RoCE v2 puts in them and checks them on
+// receive.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "rocev2/icrc.h"
 #include "rocev2/packet.h"
 #include "rocev2/wire.h"
 #include "stack/addresses.h"
@@ -67,7 +70,7 @@ constexpr std::uint16_t udp_source_port_datagram(Qpn local) {
   return static_cast<std::uint16_t>(kUdpSourcePortMin + (hash & 0x3FFF));
 }
 
-// --- Frames ----------------------------------------------------------------------------
+// --- The headers below the BTH -------------------------------------------------------
 
 // Everything below the BTH. The length fields of ipv4 and udp are ignored on emit (the
 // packet decides them) and set on parse.
@@ -85,26 +88,62 @@ RoceHeaders roce_headers(stack::MacAddress source_mac, stack::MacAddress destina
                          stack::Ipv4Address source_ip, stack::Ipv4Address destination_ip,
                          std::uint16_t udp_source_port, std::uint16_t identification = 0);
 
-// The frame length of a packet with this many payload bytes (pad and ICRC included).
-std::size_t frame_length(const TransportPacket& p, std::size_t payload_length);
-inline std::size_t frame_length(const TransportPacket& p) { return frame_length(p, p.payload.size()); }
-// Where the payload starts in the frame.
-std::size_t frame_payload_offset(const TransportPacket& p);
+// --- Building frames: one path -------------------------------------------------------
+//
+// Every RoCE v2 frame we build is written in one pass, each header once, by three pieces:
+//   stack::emit_udp_packet  writes the IPv4 and UDP headers (the stack's own writers), then
+//   TransportPayload        writes the transport packet in place as the UDP payload
+//                           (write_transport: headers, payload, pad), and then
+//   IcrcFinalizer           writes the ICRC, the datagram's trailer, over the finished packet.
+// The daemon's RocePort (vnic/roce_port.cpp) hands the last two to Interface::send_udp, which
+// decides the header values (route, ARP, IPv4 identification) and the buffer (a transmit
+// slot); build_frame hands them to emit_udp_packet with header values of the caller's, for
+// tests, the fuzzer and tools. A frame a test builds is therefore the frame the daemon sends
+// for the same header values (tests/vnic/roce_port_test.cpp compares them byte for byte).
 
-// Builds a whole frame at the start of `out` (frame_length(p) bytes): headers, payload,
-// zero pad, ICRC. The IPv4 header checksum is computed; the UDP checksum is 0.
+// A transport packet as the UDP payload of a frame about to be built. Made before the frame
+// is started: it takes the packet as it goes on the wire (the BTH pad count set from the
+// payload length: the engine leaves it to the wire layer) and checks it, so that a packet
+// the wire format refuses (an engine bug) never gets a frame. The stack then calls write()
+// once, with length() bytes of room; only when error() is none.
+class TransportPayload final : public stack::PayloadWriter {
+ public:
+  explicit TransportPayload(const TransportPacket& packet);
+  EmitError error() const { return error_; }
+  // The packet as it is written (pad count included), for a trace.
+  const TransportPacket& packet() const { return packet_; }
+  // Headers, payload and pad: the UDP payload up to the ICRC, which is the trailer.
+  std::size_t length() const { return transport_length(packet_) - kIcrcLength; }
+  void write(MutableByteSpan out) override { write_transport(packet_, out); }
+
+ private:
+  TransportPacket packet_;
+  EmitError error_;
+};
+
+// Writes the ICRC (seal_icrc, icrc.h) as the last 4 bytes of the finished IPv4 packet: only
+// then are the IPv4 header's identification, length and checksum final, and the ICRC covers
+// them. A packet laid out from a TransportPayload always has room for it.
+class IcrcFinalizer final : public stack::PacketFinalizer {
+ public:
+  void finalize(MutableByteSpan ip_packet) override;
+};
+
+// The frame length of a packet (pad and ICRC included).
+std::size_t frame_length(const TransportPacket& p);
+
+// Builds a whole frame at the start of `out` (frame_length(p) bytes) through the pieces above,
+// with the header values of `h`: Ethernet header, then emit_udp_packet (IPv4 header checksum
+// computed, UDP checksum 0). p.bth.pad_count is ignored: the pad count follows the payload.
 EmitError build_frame(const RoceHeaders& h, const TransportPacket& p, MutableByteSpan out);
 
-// The same in two steps, for a payload gathered straight into the frame: write the
-// headers for `payload_length` bytes of payload (p.payload and p.bth.pad_count are ignored:
-// the pad count is set from payload_length), copy the payload to frame_payload_offset(p),
-// then seal_frame() the frame_length(p, payload_length) bytes.
-EmitError emit_frame_headers(const RoceHeaders& h, const TransportPacket& p, std::size_t payload_length,
-                             MutableByteSpan out);
-// Zeroes the pad and writes the ICRC of a frame laid out by emit_frame_headers (IPv4
-// header of 20 bytes, the frame ending with the ICRC). False, and nothing written, if the
-// frame is too short for the headers, the pad its BTH announces and the ICRC.
+// Writes the ICRC again into a whole frame (Ethernet header first, the frame ending with the
+// ICRC) whose bytes a test or tool has changed: seal_icrc of its IPv4 packet. False, and
+// nothing written, if the frame is too short for its headers, the pad its BTH announces and
+// the ICRC.
 bool seal_frame(MutableByteSpan frame);
+
+// --- Parsing frames ------------------------------------------------------------------
 
 // Why a frame is not an acceptable RoCE v2 packet, in the order the checks run.
 enum class FrameError : std::uint8_t {

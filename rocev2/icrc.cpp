@@ -99,16 +99,45 @@ std::uint32_t load_icrc(ByteSpan b) {
          (std::uint32_t{b[3]} << 24);
 }
 
-IcrcError verify_icrc(ByteSpan ipv4_packet) {
-  if (ipv4_packet.empty()) return IcrcError::truncated;
+namespace {
+
+// What the ICRC of an IPv4 packet covers: its header (IHL x 4 bytes), the UDP header and the
+// transport packet up to the ICRC (BTH .. pad). nullopt if the IHL is below 5 or the packet
+// is too short for these headers, a BTH and the ICRC.
+struct IcrcCover {
+  ByteSpan ipv4_header;
+  ByteSpan udp_header;
+  ByteSpan transport;
+};
+
+std::optional<IcrcCover> icrc_cover(ByteSpan ipv4_packet) {
+  if (ipv4_packet.empty()) return std::nullopt;
   const std::size_t ihl = std::size_t{ipv4_packet[0] & 0x0Fu} * 4;
   const std::size_t headers = ihl + IcrcCalculator::kUdpHeaderLength;
   if (ihl < IcrcCalculator::kMinIpv4HeaderLength || ipv4_packet.size() < headers + kBthLength + kIcrcLength)
-    return IcrcError::truncated;
-  const ByteSpan transport = ipv4_packet.subspan(headers, ipv4_packet.size() - headers - kIcrcLength);
-  const auto computed = compute_icrc(ipv4_packet.first(ihl), ipv4_packet.subspan(ihl, 8), transport);
+    return std::nullopt;
+  return IcrcCover{ipv4_packet.first(ihl), ipv4_packet.subspan(ihl, IcrcCalculator::kUdpHeaderLength),
+                   ipv4_packet.subspan(headers, ipv4_packet.size() - headers - kIcrcLength)};
+}
+
+}  // namespace
+
+IcrcError verify_icrc(ByteSpan ipv4_packet) {
+  const auto cover = icrc_cover(ipv4_packet);
+  if (!cover) return IcrcError::truncated;
+  const auto computed = compute_icrc(cover->ipv4_header, cover->udp_header, cover->transport);
   if (!computed) return IcrcError::truncated;
   return *computed == load_icrc(ipv4_packet.last(kIcrcLength)) ? IcrcError::none : IcrcError::mismatch;
+}
+
+bool seal_icrc(MutableByteSpan ipv4_packet) {
+  const auto cover = icrc_cover(ipv4_packet);
+  if (!cover || cover->transport.size() < kBthLength + BthView::check(cover->transport)->pad_count()) return false;
+  const auto computed = compute_icrc(cover->ipv4_header, cover->udp_header, cover->transport);
+  if (!computed) return false;
+  const auto bytes = icrc_bytes(*computed);
+  std::copy(bytes.begin(), bytes.end(), ipv4_packet.end() - static_cast<std::ptrdiff_t>(kIcrcLength));
+  return true;
 }
 
 }  // namespace rrdma::rocev2

@@ -63,4 +63,10 @@ enum class IcrcError : std::uint8_t {
 // the IHL are not validated here.
 IcrcError verify_icrc(ByteSpan ipv4_packet);
 
+// Writes the ICRC as the last 4 bytes of one IPv4 packet laid out as verify_icrc reads it,
+// over the bytes as they are (the IPv4 header must be final: its identification, length and
+// checksum are covered). False, and nothing written, if the packet is too short for its
+// headers, the pad its BTH announces and the ICRC. The sender's last step (encap.h).
+bool seal_icrc(MutableByteSpan ipv4_packet);
+
 }  // namespace rrdma::rocev2

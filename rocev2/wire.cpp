@@ -1,6 +1,7 @@
 #include "rocev2/wire.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdio>
 
 namespace rrdma::rocev2 {
@@ -169,65 +170,71 @@ std::size_t transport_length(const TransportPacket& p) {
 
 namespace {
 
-class HeaderWriter {
- public:
-  HeaderWriter(MutableByteSpan out, OpcodeFlags flags) : rest_(out), flags_(flags) {}
+// Calls `f(present, slot, length)` for each extension header slot of `p`, in the order IBA
+// ch. 9 puts them after the BTH (the order read_extension_headers reads them in).
+template <typename F>
+void for_each_extension(const TransportPacket& p, F&& f) {
+  using Fl = OpcodeFlags;
+  f(Fl::kDeth, p.deth, kDethLength);
+  f(Fl::kFeth, p.feth, kFethLength);
+  f(Fl::kReth, p.reth, kRethLength);
+  f(Fl::kAtomicEth, p.atomic_eth, kAtomicEthLength);
+  f(Fl::kAeth, p.aeth, kAethLength);
+  f(Fl::kAtomicAckEth, p.atomic_ack_eth, kAtomicAckEthLength);
+  f(Fl::kImm, p.imm, kImmLength);
+  f(Fl::kIeth, p.ieth, kIethLength);
+}
 
-  // Checks that the packet has exactly the headers its opcode carries, writing them in order.
-  template <typename Value>
-  void put(OpcodeFlags::Bit present, const std::optional<Value>& slot, std::size_t length) {
-    if (error_ != EmitError::none) return;
-    if (flags_.has(present) != slot.has_value()) {
-      error_ = slot ? EmitError::unexpected_header : EmitError::missing_header;
-      return;
-    }
+// The BTH and the extension headers present, at the start of `out` (checked packet, room
+// for header_length(p) bytes).
+MutableByteSpan write_headers(const TransportPacket& p, MutableByteSpan out) {
+  emit(p.bth, out);
+  MutableByteSpan rest = out.subspan(kBthLength);
+  for_each_extension(p, [&rest](OpcodeFlags::Bit, const auto& slot, std::size_t length) {
     if (!slot) return;
-    emit(*slot, rest_);
-    rest_ = rest_.subspan(length);
-  }
-  EmitError error() const { return error_; }
-
- private:
-  MutableByteSpan rest_;
-  OpcodeFlags flags_;
-  EmitError error_ = EmitError::none;
-};
+    emit(*slot, rest);
+    rest = rest.subspan(length);
+  });
+  return rest;
+}
 
 }  // namespace
 
-EmitError emit_transport_headers(const TransportPacket& p, MutableByteSpan out) {
-  return emit_transport_headers(p, p.payload.size(), out);
-}
-
-EmitError emit_transport_headers(const TransportPacket& p, std::size_t payload_length, MutableByteSpan out) {
+EmitError check_transport(const TransportPacket& p) {
   using F = OpcodeFlags;
   const OpcodeInfo info = opcode_info(p.bth.opcode);
   if (!info.flags.has(F::kValid)) return EmitError::unknown_opcode;
-  if (payload_length != 0 && !info.flags.has(F::kPayload)) return EmitError::unexpected_payload;
-  if (p.bth.pad_count != pad_count_for(payload_length)) return EmitError::bad_pad_count;
-  if (out.size() < info.header_length) return EmitError::buffer_too_small;
+  if (!p.payload.empty() && !info.flags.has(F::kPayload)) return EmitError::unexpected_payload;
+  EmitError error = EmitError::none;
+  for_each_extension(p, [&](OpcodeFlags::Bit present, const auto& slot, std::size_t) {
+    if (error == EmitError::none && info.flags.has(present) != slot.has_value())
+      error = slot ? EmitError::unexpected_header : EmitError::missing_header;
+  });
+  if (error != EmitError::none) return error;
+  if (p.bth.pad_count != pad_count_for(p.payload.size())) return EmitError::bad_pad_count;
+  return EmitError::none;
+}
 
-  emit(p.bth, out);
-  HeaderWriter w(out.subspan(kBthLength, info.header_length - kBthLength), info.flags);
-  w.put(F::kDeth, p.deth, kDethLength);
-  w.put(F::kFeth, p.feth, kFethLength);
-  w.put(F::kReth, p.reth, kRethLength);
-  w.put(F::kAtomicEth, p.atomic_eth, kAtomicEthLength);
-  w.put(F::kAeth, p.aeth, kAethLength);
-  w.put(F::kAtomicAckEth, p.atomic_ack_eth, kAtomicAckEthLength);
-  w.put(F::kImm, p.imm, kImmLength);
-  w.put(F::kIeth, p.ieth, kIethLength);
-  return w.error();
+void write_transport(const TransportPacket& p, MutableByteSpan out) {
+  assert(check_transport(p) == EmitError::none && out.size() >= transport_length(p) - kIcrcLength);
+  const MutableByteSpan body = write_headers(p, out);
+  const auto pad = std::copy(p.payload.begin(), p.payload.end(), body.begin());
+  std::fill_n(pad, p.bth.pad_count, std::uint8_t{0});
+}
+
+EmitError emit_transport_headers(const TransportPacket& p, MutableByteSpan out) {
+  const EmitError e = check_transport(p);
+  if (e != EmitError::none) return e;
+  if (out.size() < header_length(p)) return EmitError::buffer_too_small;
+  write_headers(p, out);
+  return EmitError::none;
 }
 
 EmitError emit_transport(const TransportPacket& p, MutableByteSpan out) {
-  const std::size_t length = transport_length(p) - kIcrcLength;
-  if (header_length(p) != 0 && out.size() < length) return EmitError::buffer_too_small;
-  const EmitError e = emit_transport_headers(p, out);
+  const EmitError e = check_transport(p);
   if (e != EmitError::none) return e;
-  auto body = out.subspan(header_length(p), length - header_length(p));
-  std::copy(p.payload.begin(), p.payload.end(), body.begin());
-  std::fill(body.begin() + static_cast<std::ptrdiff_t>(p.payload.size()), body.end(), std::uint8_t{0});
+  if (out.size() < transport_length(p) - kIcrcLength) return EmitError::buffer_too_small;
+  write_transport(p, out);
   return EmitError::none;
 }
 

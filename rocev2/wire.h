@@ -2,9 +2,9 @@
 // PROTOCOL.md and docs/WIRE.md). For each header: a checked view over received bytes
 // (after check() succeeds no accessor can read outside the header), and parse/emit between
 // the view and the value struct of headers.h. parse_transport() takes a whole UDP payload
-// (BTH .. ICRC) apart, driven by the opcode table; emit_transport_headers() writes the
-// headers of a TransportPacket so that a caller can gather the payload straight from
-// memory behind them. The ICRC itself is computed and checked in icrc.h.
+// (BTH .. ICRC) apart, driven by the opcode table; write_transport() is its inverse, the
+// one serializer every RoCE frame we build goes through (encap.h says how it is placed in a
+// frame). The ICRC itself is computed, written and checked in icrc.h.
 #pragma once
 
 #include <cstddef>
@@ -237,13 +237,23 @@ enum class EmitError : std::uint8_t {
 };
 std::string_view to_string(EmitError e);
 
-// Writes the BTH and the extension headers (header_length(p) bytes) at the start of
-// `out`. The payload, pad and ICRC are the caller's (see encap.h), so that payload can be
-// gathered from memory without an intermediate copy.
+// Whether `p` can go on the wire as it is, without writing a byte: its opcode is in the
+// table, it carries exactly the extension headers the opcode does (checked in IBA order, the
+// first difference named), payload only if the opcode has one, and a BTH pad count equal to
+// pad_count_for(payload). A sender asks this before the stack starts a frame, so that a
+// refused packet (an engine bug) is never half sent.
+EmitError check_transport(const TransportPacket& p);
+
+// The one transport serializer: BTH, extension headers, payload and zero pad, each written
+// once, into the first transport_length(p) - kIcrcLength bytes of `out` (the ICRC is
+// written afterwards over the final IPv4 header: encap.h). For a packet check_transport
+// accepted and a buffer that holds it; emit_transport below checks both first.
+void write_transport(const TransportPacket& p, MutableByteSpan out);
+
+// check_transport, then the BTH and the extension headers (header_length(p) bytes) at the
+// start of `out`.
 EmitError emit_transport_headers(const TransportPacket& p, MutableByteSpan out);
-// The same for a payload of `payload_length` bytes that is not (yet) in p.payload.
-EmitError emit_transport_headers(const TransportPacket& p, std::size_t payload_length, MutableByteSpan out);
-// Headers, payload and zero pad (transport_length(p) - kIcrcLength bytes); no ICRC.
+// check_transport and the size of `out`, then write_transport.
 EmitError emit_transport(const TransportPacket& p, MutableByteSpan out);
 
 // One line for a trace: the opcode's name, the BTH fields, each extension header present,

@@ -19,6 +19,7 @@
 #include "stack/bytes.h"
 #include "stack/ipv4.h"
 #include "stack/time.h"
+#include "stack/udp.h"
 
 namespace rrdma::stack {
 
@@ -71,17 +72,10 @@ class UdpHandler {
   virtual void receive_udp(const UdpDatagram& datagram, Instant now) = 0;
 };
 
-// Writes a UDP payload straight into the frame being built (RoCE: the transport headers,
-// then the message bytes), so that nothing is copied twice.
-class PayloadWriter {
- public:
-  virtual ~PayloadWriter() = default;
-  virtual void write(MutableByteSpan payload) = 0;  // exactly the announced length
-};
-
 // A UDP datagram for send_udp(): the payload as bytes, or `payload_length` bytes a
 // PayloadWriter writes in place. `trailer_length` bytes follow the payload; the
-// PacketFinalizer writes them once the IPv4 and UDP headers are final.
+// PacketFinalizer writes them once the IPv4 and UDP headers are final (emit_udp_packet in
+// stack/udp.h lays the packet out).
 struct UdpSend {
   Ipv4Address destination;
   std::uint16_t source_port = 0;
@@ -95,16 +89,6 @@ struct UdpSend {
   std::uint8_t ttl = 64;
   std::uint8_t dscp = 0;
   std::uint8_t ecn = 0;
-};
-
-// Completes an outgoing IPv4 packet: `ip_packet` is the whole packet as it will be sent
-// (IPv4 header with identification, total length and checksum final; UDP header with
-// checksum 0; payload), and the callee writes its last `trailer_length` bytes. If a UDP
-// checksum was asked for, it is computed afterwards, over the trailer too.
-class PacketFinalizer {
- public:
-  virtual ~PacketFinalizer() = default;
-  virtual void finalize(MutableByteSpan ip_packet) = 0;
 };
 
 enum class SendResult {

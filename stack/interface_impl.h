@@ -74,7 +74,7 @@ struct Interface::Impl final : ArpCacheClient {
   };
   std::optional<LinkHop> link_hop(Ipv4Address destination, Instant now);
   // Fills `frame` (Ethernet header room included) with the IPv4 and UDP headers, the payload
-  // and, through the finalizer, the trailer.
+  // and, through the finalizer, the trailer: emit_udp_packet (udp.h) with the request's values.
   void build_udp(const UdpSend& request, const Ipv4Header& header, MutableByteSpan frame,
                  PacketFinalizer* finalizer);
   // A packet to our own address: queued for run_loopback() (Ethernet header written here).

@@ -2,7 +2,6 @@
 // and UDP (RFC 768, RFC 1122 4.1) on the interface: validate and dispatch what arrives,
 // build, route and send what leaves.
 #include <algorithm>
-#include <cstring>
 
 #include "stack/checksum.h"
 #include "stack/icmp.h"
@@ -15,6 +14,16 @@ namespace {
 constexpr std::size_t headroom = EthernetHeader::length() + Ipv4Header::length();
 
 bool is_multicast(Ipv4Address address) { return (address.value >> 28) == 0xe; }  // 224.0.0.0/4
+
+// A payload given as bytes (UdpSend::payload), copied into place.
+class CopiedPayload final : public PayloadWriter {
+ public:
+  explicit CopiedPayload(ByteSpan bytes) : bytes_(bytes) {}
+  void write(MutableByteSpan payload) override { std::copy(bytes_.begin(), bytes_.end(), payload.begin()); }
+
+ private:
+  ByteSpan bytes_;
+};
 
 // Linux sends ICMP errors with DSCP CS6 (TOS 0xc0), the precedence RFC 1812 4.3.2.5
 // asks of ICMP error messages; we do the same.
@@ -183,25 +192,11 @@ SendResult Interface::Impl::send_ipv4(Ipv4Address destination, PendingPacket fra
 
 void Interface::Impl::build_udp(const UdpSend& request, const Ipv4Header& header, MutableByteSpan frame,
                                 PacketFinalizer* finalizer) {
-  header.emit(frame.subspan(EthernetHeader::length()));
-  const MutableByteSpan ip_packet = frame.subspan(EthernetHeader::length());
-  const MutableByteSpan datagram = ip_packet.subspan(Ipv4Header::length());
-  UdpHeader{request.source_port, request.destination_port,
-            static_cast<std::uint16_t>(header.payload_length - UdpHeader::length())}
-      .emit(datagram);
-  const MutableByteSpan payload = datagram.subspan(UdpHeader::length(), datagram.size() - UdpHeader::length() -
-                                                                             request.trailer_length);
-  if (request.payload_writer) {
-    request.payload_writer->write(payload);
-  } else if (!request.payload.empty()) {
-    std::memcpy(payload.data(), request.payload.data(), request.payload.size());
-  }
-  // The trailer starts out zero, as in a fresh frame, whatever the buffer held before.
-  std::fill(datagram.end() - static_cast<std::ptrdiff_t>(request.trailer_length), datagram.end(), 0);
-  if (finalizer) finalizer->finalize(ip_packet);
-  if (request.compute_checksum) {
-    UdpHeader::fill_checksum(datagram, header.source, header.destination);
-  }
+  const UdpHeader udp{request.source_port, request.destination_port,
+                      static_cast<std::uint16_t>(header.payload_length - UdpHeader::length())};
+  CopiedPayload copied(request.payload);
+  emit_udp_packet(header, udp, request.payload_writer ? *request.payload_writer : copied, request.trailer_length,
+                  finalizer, request.compute_checksum, frame.subspan(EthernetHeader::length()));
 }
 
 // Built straight into the sink's transmit memory when the next hop's MAC is known and the

@@ -1,5 +1,6 @@
 #include "stack/udp.h"
 
+#include <algorithm>
 #include <cassert>
 
 #include "stack/checksum.h"
@@ -57,6 +58,20 @@ void UdpHeader::fill_checksum(MutableByteSpan datagram, Ipv4Address source,
   // 0 on the wire means "no checksum", so a computed 0 is sent as its other
   // one's-complement form, all ones (RFC 768).
   store_be16(datagram, 6, checksum == 0 ? 0xffff : checksum);
+}
+
+void emit_udp_packet(const Ipv4Header& ip, const UdpHeader& udp, PayloadWriter& payload, std::size_t trailer_length,
+                     PacketFinalizer* finalizer, bool compute_checksum, MutableByteSpan ip_packet) {
+  assert(ip.payload_length == udp.total_length() && ip_packet.size() == ip.total_length());
+  assert(trailer_length <= udp.payload_length);
+  ip.emit(ip_packet);
+  const MutableByteSpan datagram = ip_packet.subspan(Ipv4Header::length());
+  udp.emit(datagram);
+  payload.write(datagram.subspan(UdpHeader::length(), udp.payload_length - trailer_length));
+  // The trailer starts out zero, as in a fresh frame, whatever the buffer held before.
+  std::fill(datagram.end() - static_cast<std::ptrdiff_t>(trailer_length), datagram.end(), std::uint8_t{0});
+  if (finalizer) finalizer->finalize(ip_packet);
+  if (compute_checksum) UdpHeader::fill_checksum(datagram, ip.source, ip.destination);
 }
 
 }  // namespace rrdma::stack

@@ -9,6 +9,7 @@
 
 #include "stack/addresses.h"
 #include "stack/bytes.h"
+#include "stack/ipv4.h"
 
 namespace rrdma::stack {
 
@@ -59,5 +60,36 @@ struct UdpHeader {
 
   bool operator==(const UdpHeader&) const = default;
 };
+
+// --- Building a datagram in place ----------------------------------------------------
+
+// Writes a UDP payload straight into the packet being built (RoCE: the transport headers,
+// then the message bytes), so that nothing is copied twice.
+class PayloadWriter {
+ public:
+  virtual ~PayloadWriter() = default;
+  virtual void write(MutableByteSpan payload) = 0;  // exactly the announced length
+};
+
+// Completes an outgoing IPv4 packet: `ip_packet` is the whole packet as it will be sent
+// (IPv4 header with identification, total length and checksum final; UDP header with
+// checksum 0; payload), and the callee writes its last `trailer_length` bytes. If a UDP
+// checksum was asked for, it is computed afterwards, over the trailer too.
+class PacketFinalizer {
+ public:
+  virtual ~PacketFinalizer() = default;
+  virtual void finalize(MutableByteSpan ip_packet) = 0;
+};
+
+// Lays out one IPv4/UDP packet in `ip_packet` (exactly ip.total_length() bytes, with
+// ip.payload_length == udp.total_length()), in one pass, in order: the IPv4 header, the UDP
+// header with checksum 0, the payload from `payload` (udp.payload_length - trailer_length
+// bytes), `trailer_length` zero bytes that `finalizer` (if any) then writes over the
+// finished packet, and last, if `compute_checksum`, the UDP checksum over all of it.
+// Interface::send_udp builds every datagram with it, from the header values it decides
+// (route, identification); a test that needs a packet with header values of its own builds
+// it with the same function (rocev2::build_frame), so that both are the same bytes.
+void emit_udp_packet(const Ipv4Header& ip, const UdpHeader& udp, PayloadWriter& payload, std::size_t trailer_length,
+                     PacketFinalizer* finalizer, bool compute_checksum, MutableByteSpan ip_packet);
 
 }  // namespace rrdma::stack

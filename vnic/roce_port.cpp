@@ -1,51 +1,11 @@
 #include "vnic/roce_port.h"
 
-#include <array>
-
 #include "rocev2/encap.h"
 #include "rocev2/icrc.h"
-#include "rocev2/opcode.h"
 #include "rocev2/types.h"
 #include "rocev2/wire.h"
 
 namespace rrdma::vnic {
-namespace {
-
-// The longest header chain of any opcode: BTH 12 + AtomicETH 28 (the others are shorter).
-constexpr std::size_t kMaxTransportHeaders = 64;
-
-// Writes the ICRC as the last 4 bytes of the finished IPv4 packet: only now are the
-// IPv4 header's identification, length and checksum final, and the ICRC covers the IPv4
-// and UDP headers (with the variant fields masked, rocev2/icrc.h).
-class IcrcFinalizer final : public stack::PacketFinalizer {
- public:
-  void finalize(MutableByteSpan ip_packet) override {
-    if (ip_packet.empty()) return;
-    const std::size_t ihl = static_cast<std::size_t>(ip_packet[0] & 0x0F) * 4;
-    const std::size_t headers = ihl + rocev2::IcrcCalculator::kUdpHeaderLength;
-    if (ip_packet.size() < headers + rocev2::kIcrcLength) return;
-    const ByteSpan all(ip_packet.data(), ip_packet.size());
-    const auto icrc = rocev2::compute_icrc(all.subspan(0, ihl), all.subspan(ihl, rocev2::IcrcCalculator::kUdpHeaderLength),
-                                           all.subspan(headers, ip_packet.size() - headers - rocev2::kIcrcLength));
-    if (!icrc) return;
-    const auto bytes = rocev2::icrc_bytes(*icrc);
-    std::copy(bytes.begin(), bytes.end(), ip_packet.end() - rocev2::kIcrcLength);
-  }
-};
-
-// The transport headers and the payload, written where the stack builds the frame.
-class TransportWriter final : public stack::PayloadWriter {
- public:
-  explicit TransportWriter(const rocev2::TransportPacket& packet) : packet_(packet) {}
-  void write(MutableByteSpan payload) override { error_ = rocev2::emit_transport(packet_, payload); }
-  rocev2::EmitError error() const { return error_; }
-
- private:
-  const rocev2::TransportPacket& packet_;
-  rocev2::EmitError error_ = rocev2::EmitError::none;
-};
-
-}  // namespace
 
 RocePort::RocePort(stack::Interface& interface) : interface_(interface) {
   interface_.bind_udp(rocev2::kRoceV2Port, *this);
@@ -83,35 +43,26 @@ void RocePort::receive_udp(const stack::UdpDatagram& datagram, Instant now) {
 }
 
 void RocePort::send(const rocev2::OutgoingPacket& out, std::uint16_t udp_source_port, Instant now) {
-  // The engine leaves the BTH's pad count to the wire layer (as encap.h's
-  // emit_frame_headers sets it); emit_transport refuses a pad count that does not match.
-  rocev2::TransportPacket packet = out.packet;
-  packet.bth.pad_count = rocev2::pad_count_for(packet.payload.size());
-  // The headers are checked before the stack builds anything: a packet the wire format
-  // refuses (an engine bug) is counted and never sent.
-  std::array<std::uint8_t, kMaxTransportHeaders> headers{};
-  if (rocev2::header_length(packet) > headers.size() ||
-      rocev2::emit_transport_headers(packet, MutableByteSpan(headers)) != rocev2::EmitError::none) {
+  // Checked before the stack starts a frame: a packet the wire format refuses (an engine
+  // bug) is counted and never sent. The stack then has it written in place, once (encap.h).
+  rocev2::TransportPayload payload(out.packet);
+  if (payload.error() != rocev2::EmitError::none) {
     ++counters_.tx_emit_errors;
     return;
   }
-  const std::size_t length = rocev2::transport_length(packet);
-  TransportWriter writer(packet);
   stack::UdpSend request;
   request.destination = out.dest;
   request.source_port = udp_source_port;
   request.destination_port = rocev2::kRoceV2Port;
-  request.payload_writer = &writer;
-  request.payload_length = length - rocev2::kIcrcLength;
+  request.payload_writer = &payload;
+  request.payload_length = payload.length();
   request.trailer_length = rocev2::kIcrcLength;
   request.compute_checksum = false;  // RoCE v2 sends UDP checksum 0: the ICRC covers it
   request.ttl = rocev2::kRoceTtl;
-  IcrcFinalizer finalizer;
+  rocev2::IcrcFinalizer finalizer;
   // Before the stack sends it: a trace then knows the QP of the frame that comes out.
-  if (observer_ != nullptr) observer_->on_transport(true, packet, out.src_qpn, out.dest);
+  if (observer_ != nullptr) observer_->on_transport(true, payload.packet(), out.src_qpn, out.dest);
   const stack::SendResult result = interface_.send_udp(request, now, &finalizer);
-  // The headers passed the check above, so the writer cannot fail; counted all the same.
-  if (writer.error() != rocev2::EmitError::none) ++counters_.tx_emit_errors;
   switch (result) {
     case stack::SendResult::sent: ++counters_.tx_packets; break;
     case stack::SendResult::queued:

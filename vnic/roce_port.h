@@ -1,9 +1,11 @@
 // The RoCE v2 glue between the stack and the verbs device: UDP port 4791 of the vnic's
 // Interface. Received datagrams are checked as RoCE v2 packets (ICRC over the IPv4 and UDP
 // headers as received, IBA Annex A17.3.3; then the transport headers) and handed to the Nic
-// with where they came from; packets the engine sends go out through send_udp with a
-// finalizer that writes the ICRC once the IPv4 header is final. Hostile input: every packet
-// that fails a check is counted under its reason and dropped.
+// with where they came from. A packet the engine sends is checked, then written once into
+// the frame the stack builds (send_udp with rocev2::TransportPayload as the payload and
+// rocev2::IcrcFinalizer for the ICRC, once the IPv4 header is final): the one frame path of
+// rocev2/encap.h, which tests build their frames with too. Hostile input: every packet that
+// fails a check is counted under its reason and dropped.
 #pragma once
 
 #include <cstdint>

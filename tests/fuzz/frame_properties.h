@@ -4,9 +4,10 @@
 //  - parse_frame, parse_transport and verify_icrc return (no crash, no read outside the
 //    input: the sanitizers see to that);
 //  - an accepted frame's payload lies inside the input;
-//  - rebuilding an accepted frame from its parsed values gives a frame that parses to the
-//    same values (the bytes may differ only where the parser normalises: reserved bits,
-//    IPv4 options, a non-zero UDP checksum, Ethernet padding, pad contents).
+//  - rebuilding an accepted frame from its parsed values (build_frame: the daemon's own frame
+//    writers, encap.h) gives a frame that parses to the same values (the bytes may differ
+//    only where the parser normalises: reserved bits, IPv4 options, a non-zero UDP checksum,
+//    Ethernet padding, pad contents).
 // Returns a description of the first property that fails, or nullptr.
 #pragma once
 

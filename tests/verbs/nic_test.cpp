@@ -24,6 +24,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "rocev2/encap.h"
 #include "rocev2/opcode.h"
 #include "rocev2/wire.h"
 #include "tests/verbs/credential_child.h"
@@ -46,11 +47,10 @@ class FakePort final : public PacketPort {
  public:
   std::deque<WirePacket> sent;
   void send(const rocev2::OutgoingPacket& out, std::uint16_t sport, Instant) override {
-    rocev2::TransportPacket packet = out.packet;
-    packet.bth.pad_count = rocev2::pad_count_for(packet.payload.size());  // the encapsulation's job
-    std::vector<std::uint8_t> bytes(rocev2::transport_length(packet));
-    REQUIRE(rocev2::emit_transport(packet, MutableByteSpan(bytes.data(), bytes.size())) ==
-            rocev2::EmitError::none);
+    rocev2::TransportPayload payload(out.packet);  // as the RoCE port writes it (encap.h)
+    REQUIRE(payload.error() == rocev2::EmitError::none);
+    std::vector<std::uint8_t> bytes(payload.length() + rocev2::kIcrcLength);
+    payload.write(MutableByteSpan(bytes.data(), payload.length()));
     sent.push_back({std::move(bytes), out.dest, sport});
   }
 };
