@@ -83,9 +83,11 @@ inline int eventfd_for_test() {
 // One client of a Nic: sends it requests as the client library would, with dup'd fds.
 struct TestClient {
   // `pid`: another than ours makes the client another process for the quotas (its MRs
-  // are then unreachable: DMA goes to that pid).
-  explicit TestClient(Nic& device, std::uint64_t id = 1, pid_t pid = ::getpid()) : nic(device), client(id) {
-    REQUIRE(nic.client_connected({client, pid, ::getuid()}) == 0);
+  // are then unreachable: DMA goes to that pid). `pidfd`: what SO_PEERPIDFD would give; -1
+  // lets the Nic open one.
+  explicit TestClient(Nic& device, std::uint64_t id = 1, pid_t pid = ::getpid(), int pidfd = -1)
+      : nic(device), client(id) {
+    REQUIRE(nic.client_connected({client, pid, ::getuid(), pidfd}) == 0);
   }
   ~TestClient() {
     for (int fd : owned_fds) ::close(fd);

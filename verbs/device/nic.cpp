@@ -145,11 +145,12 @@ void Nic::client_disconnected(std::uint64_t client_id, Instant now) {
   settle(now);
 }
 
-// A transfer found a client's address space gone: its process exec'd (a setuid program may
-// now run at that pid) or exited. Its resources go now, not when its connection closes,
-// which a forked child may keep open for ever (docs/SECURITY.md).
-void Nic::evict_lost_clients(Instant now) {
-  std::vector<std::uint64_t> owners = std::exchange(to_evict_, {});
+// The clients in `owners` (check_address_spaces: their process exited or changed
+// credentials), and those whose address space a transfer found gone (their process exec'd,
+// and a setuid program may now run at that pid, or exited), lose their resources now, not
+// when their connection closes, which a forked child may keep open for ever
+// (docs/SECURITY.md).
+void Nic::evict_lost_clients(std::vector<std::uint64_t> owners, Instant now) {
   for (const int memory : dma_.take_lost_memories())
     for (const auto& [client, fd] : client_memory_)
       if (fd == memory) owners.push_back(client);
@@ -172,12 +173,16 @@ bool Nic::memory_lost(std::uint64_t client) const {
 // One look per client per kAddressCheckPeriod, so that a client whose process exec'd while
 // nothing moved, or changed credentials, loses its resources all the same, and soon. A
 // process that changes credentials keeps no right the daemon granted to the old ones.
-void Nic::check_address_spaces(Instant now) {
-  if (now < next_address_check_) return;
+// Returns the clients whose process exited or changed credentials; those whose address
+// space is gone are found by the DMA (evict_lost_clients).
+std::vector<std::uint64_t> Nic::check_address_spaces(Instant now) {
+  std::vector<std::uint64_t> gone;
+  if (now < next_address_check_) return gone;
   next_address_check_ = now + kAddressCheckPeriod;
   for (const auto& [client, memory] : client_memory_) dma_.still_alive(memory);
   for (const auto& [client, watch] : client_credentials_)
-    if (watch.exited() || watch.changed()) to_evict_.push_back(client);
+    if (watch.exited() || watch.changed()) gone.push_back(client);
+  return gone;
 }
 
 namespace {
@@ -218,9 +223,6 @@ void Nic::forget_object(const TeardownAction& action) {
         watcher_.forget(it->second->notify.fd());
         cqs_.erase(it);
       }
-      dirty_cqs_.erase(action.handle);
-      solicited_cqs_.erase(action.handle);
-      overrun_cqs_.erase(action.handle);
       break;
     case ResourceKind::Ah: ahs_.erase(action.handle); break;
     case ResourceKind::Mr:
@@ -232,7 +234,6 @@ void Nic::forget_object(const TeardownAction& action) {
         watcher_.forget(it->second->event_fd.fd());
         contexts_.erase(it);
       }
-      dirty_contexts_.erase(action.handle);
       break;
   }
 }
@@ -246,8 +247,6 @@ void Nic::release_qp(Handle handle) {
   qp_by_qpn_.erase(qp.qpn.value());
   watcher_.unwatch(qp.doorbell.fd());
   watcher_.forget(qp.doorbell.fd());
-  to_pump_.erase(handle);
-  to_fail_.erase(handle);
   qps_.erase(it);
 }
 
@@ -558,7 +557,7 @@ Message Nic::create_qp(std::uint64_t client, const Message& m, control::Received
   if (srq != 0) {
     init.srq = srq_it->second->queue.get();
   } else {
-    qp->rq_queue = std::make_unique<RingReceiveQueue>(*qp->rq, [] {}, [this, raw] { to_fail_.insert(raw->handle); });
+    qp->rq_queue = std::make_unique<RingReceiveQueue>(*qp->rq, [] {}, [this, raw] { fail_later(*raw); });
     init.rq = qp->rq_queue.get();
   }
   const auto qpn = engine_.create_qp(init);
@@ -714,10 +713,10 @@ Message Nic::modify_qp(std::uint64_t client, const Message& m, Instant now) {
       qp.rq_queue->reset();
     }
     qp.rq_failure_reported = false;
-    to_fail_.erase(qp.handle);
+    qp.must_fail = false;
     qp.sq->request_doorbell();
   }
-  to_pump_.insert(qp.handle);
+  pump_later(qp);
   return reply(m, 0);
 }
 

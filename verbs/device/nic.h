@@ -18,7 +18,6 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -212,16 +211,17 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   bool post_one(Qp& qp, rocev2::SendWr wr);
   void refuse_wqe(Qp& qp, const SendWqe& wqe, rocev2::WcStatus status);
   void flush_receive_ring(Qp& qp);
-  void fail_qp(Qp& qp, std::uint32_t event, Instant now);
+  void pump_later(Qp& qp);
+  void fail_later(Qp& qp);
+  void fail_qp(Qp& qp, Instant now);
   void push_completion(Cq& cq, const Cqe& cqe, bool solicited);
-  void overrun(Cq& cq, Instant now);
   void post_event(Handle context, std::uint32_t type, std::uint64_t element);
   void check_srq_limit(Srq& srq);
   void srq_failed(Srq& srq);
   void settle(Instant now);
   bool memory_lost(std::uint64_t client) const;
-  void evict_lost_clients(Instant now);
-  void check_address_spaces(Instant now);
+  void evict_lost_clients(std::vector<std::uint64_t> owners, Instant now);
+  std::vector<std::uint64_t> check_address_spaces(Instant now);
   void run_deferred(Instant now);
   void publish();
   Qp* qp_by_qpn(rocev2::Qpn qpn);
@@ -243,7 +243,6 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   // Each client process's credentials as at connect (SO_PEERCRED's pid): a process that
   // changes them loses its resources (check_address_spaces).
   std::unordered_map<std::uint64_t, CredentialWatch> client_credentials_;
-  std::vector<std::uint64_t> to_evict_;  // clients whose credentials changed
   std::function<void(std::uint64_t)> evict_;
   // When check_address_spaces() next asks whether each client's address space still lives:
   // a client that exec'd without any DMA since loses its resources within this period.
@@ -256,15 +255,16 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   std::map<Handle, std::unique_ptr<Ah>> ahs_;
   std::unordered_map<std::uint32_t, Handle> qp_by_qpn_;
 
-  // Work the engine's callbacks cannot do at once (they must not call back into the
-  // engine): done by settle() after the engine returns.
-  std::set<Handle> to_pump_;        // QPs whose SQ ring may have work the engine can take
-  std::set<Handle> to_fail_;        // QPs a bad WQE or broken ring sends to the error state
-  std::set<Handle> overrun_cqs_;
-  std::set<Handle> dirty_cqs_;      // pushed CQEs not yet published
-  std::set<Handle> solicited_cqs_;  // ... among which a solicited or error one
-  std::set<Handle> dirty_contexts_; // pushed events not yet published
-  bool work_left_ = false;          // settle() stopped at its budget
+  // Deferred work (docs/ARCHITECTURE.md, "Deferred work in the Nic"). The engine's callbacks
+  // must not call back into the engine: a QP that must go to ERR or be pumped is marked and
+  // listed, and settle() does it after the engine returns. CQEs and events are pushed at once
+  // but made visible once per batch: publish() goes through the CQs and contexts listed. An
+  // object is listed at most once (its flag says so); the handle of one that went is skipped
+  // (handles are never reused).
+  std::vector<Handle> qps_to_settle_;
+  std::vector<Handle> cqs_to_publish_;
+  std::vector<Handle> contexts_to_publish_;
+  bool work_left_ = false;  // settle() stopped at its budget
   // Frames arrive in batches with an end (NicConfig::frame_memory): what they complete is
   // published once per batch, by end_of_frames(), so that the batch's payload writes stay
   // combined instead of being flushed before every completion.

@@ -1,8 +1,9 @@
 // The Nic's data path: doorbells, the SQ ring drained into the engine, receive queues over
 // the RQ/SRQ rings, completions into CQ rings, async events into the context's event ring
 // (docs/VERBS_DATAPATH.md). The engine's callbacks (EngineHost) must not call back into the
-// engine, so whatever needs the engine (moving a QP to error, posting held work) is queued
-// and done by settle() after the engine returns.
+// engine, so whatever needs the engine (moving a QP to error, pumping its SQ ring) is noted
+// on the QP and done by settle() after the engine returns (docs/ARCHITECTURE.md, "Deferred
+// work in the Nic").
 #include <infiniband/verbs.h>
 #include <sys/uio.h>
 
@@ -17,8 +18,9 @@
 namespace rrdma::verbs {
 namespace {
 
-// settle() stops after this many rounds of deferred work; the rest waits for the next turn
-// of the loop (next_deadline() says "now"), so one busy client cannot hold the loop.
+// settle() stops after this many rounds of deferred work (a round settles the QPs listed
+// when it starts); the rest waits for the next turn of the loop (next_deadline() says
+// "now"), so one busy client cannot hold the loop.
 constexpr int kSettleRounds = 8;
 
 // Clears a doorbell eventfd. preadv2(RWF_NOWAIT), not read(): the client shares the open
@@ -122,7 +124,7 @@ void Nic::take_send_ring(Qp& qp) {
     if (popped == PopResult::Broken) {
       ++counters_.broken_rings;
       qp.sq_broken = true;
-      to_fail_.insert(qp.handle);
+      fail_later(qp);
       return;
     }
     const WqeCheck check = check_send_wqe(wqe, qp.type);
@@ -143,8 +145,7 @@ void Nic::take_send_ring(Qp& qp) {
     ++counters_.send_wqes;
     if (!post_one(qp, std::move(wr))) return;
   }
-  to_pump_.insert(qp.handle);
-  work_left_ = true;
+  pump_later(qp);
 }
 
 // False when the engine has no room (or the QP left the states that send): the WQE waits.
@@ -162,7 +163,7 @@ bool Nic::post_one(Qp& qp, rocev2::SendWr wr) {
   qp.refused = SendWqe{};
   qp.refused->wr_id = wr.wr_id;
   qp.refused->opcode = static_cast<std::uint8_t>(wr.opcode);
-  to_fail_.insert(qp.handle);
+  fail_later(qp);
   return false;
 }
 
@@ -171,7 +172,7 @@ void Nic::refuse_wqe(Qp& qp, const SendWqe& wqe, rocev2::WcStatus status) {
   ++counters_.bad_send_wqes;
   qp.refused = wqe;
   qp.refused_status = status;
-  to_fail_.insert(qp.handle);
+  fail_later(qp);
 }
 
 // In the error state receive WQEs complete at once, flushed (IBA ch. 10). The engine
@@ -190,12 +191,27 @@ void Nic::flush_receive_ring(Qp& qp) {
   if (popped == PopResult::Empty) qp.rq->request_doorbell();
 }
 
-void Nic::fail_qp(Qp& qp, std::uint32_t event, Instant now) {
+// For settle(): the QP's SQ ring is pumped (after a send completion, a change of state, a
+// budget spent), or before that the QP goes to ERR (fail_later).
+void Nic::pump_later(Qp& qp) {
+  if (qp.queued) return;
+  qp.queued = true;
+  qps_to_settle_.push_back(qp.handle);
+}
+
+void Nic::fail_later(Qp& qp) {
+  qp.must_fail = true;
+  pump_later(qp);
+}
+
+// A bad WQE, a broken ring or an overrun CQ: the QP goes to ERR with IBV_EVENT_QP_FATAL, and
+// the refused WQE completes in error.
+void Nic::fail_qp(Qp& qp, Instant now) {
   if (engine_state(qp) != rocev2::QpState::Err) {
     rocev2::QpAttr attr;
     attr.state = rocev2::QpState::Err;
     engine_.modify_qp(qp.qpn, attr, rocev2::qp_attr::kState, now);
-    post_event(qp.context, event, qp.handle);
+    post_event(qp.context, IBV_EVENT_QP_FATAL, qp.handle);
   }
   if (qp.refused) {
     if (auto cq = cqs_.find(qp.send_cq); cq != cqs_.end()) {
@@ -215,7 +231,6 @@ void Nic::fail_qp(Qp& qp, std::uint32_t event, Instant now) {
                       true);
     }
   }
-  to_pump_.insert(qp.handle);
 }
 
 // ------------------------------------------------------------------ completions and events
@@ -228,24 +243,22 @@ void Nic::push_completion(Cq& cq, const Cqe& cqe, bool solicited) {
   switch (cq.ring->try_push_value(cqe)) {
     case PushResult::Pushed:
       ++counters_.completions;
-      dirty_cqs_.insert(cq.handle);
-      if (solicited) solicited_cqs_.insert(cq.handle);
+      cq.solicited = cq.solicited || solicited;
+      if (!cq.unpublished) {
+        cq.unpublished = true;
+        cqs_to_publish_.push_back(cq.handle);
+      }
       return;
     case PushResult::Full: ++counters_.cq_overruns; break;
     case PushResult::Broken: ++counters_.broken_rings; break;
   }
+  // A CQ overrun (or a corrupted CQ ring): IBV_EVENT_CQ_ERR, and every QP that completes into
+  // the CQ goes to the error state with IBV_EVENT_QP_FATAL, as rxe does.
   ++counters_.completions_dropped;
   cq.error = true;
-  overrun_cqs_.insert(cq.handle);
-}
-
-// A CQ overrun (or a corrupted CQ ring): IBV_EVENT_CQ_ERR, and every QP that completes into
-// the CQ goes to the error state with IBV_EVENT_QP_FATAL, as rxe does.
-void Nic::overrun(Cq& cq, Instant now) {
   post_event(cq.context, IBV_EVENT_CQ_ERR, cq.handle);
-  for (auto& [handle, qp] : qps_) {
-    if (qp->send_cq == cq.handle || qp->recv_cq == cq.handle) fail_qp(*qp, IBV_EVENT_QP_FATAL, now);
-  }
+  for (auto& [handle, qp] : qps_)
+    if (qp->send_cq == cq.handle || qp->recv_cq == cq.handle) fail_later(*qp);
 }
 
 void Nic::post_event(Handle context, std::uint32_t type, std::uint64_t element) {
@@ -259,7 +272,10 @@ void Nic::post_event(Handle context, std::uint32_t type, std::uint64_t element) 
     return;
   }
   ++counters_.async_events;
-  dirty_contexts_.insert(context);
+  if (!it->second->unpublished) {
+    it->second->unpublished = true;
+    contexts_to_publish_.push_back(context);
+  }
 }
 
 // ibv_modify_srq(3): the event fires once when the WQEs left drop below the limit, then
@@ -276,7 +292,7 @@ void Nic::srq_failed(Srq& srq) {
   if (!srq.error_reported) post_event(srq.context, IBV_EVENT_SRQ_ERR, srq.handle);
   srq.error_reported = true;
   for (const auto& [handle, qp] : qps_)
-    if (qp->srq == srq.handle) to_fail_.insert(handle);
+    if (qp->srq == srq.handle) fail_later(*qp);
 }
 
 void Nic::settle(Instant now) {
@@ -284,39 +300,48 @@ void Nic::settle(Instant now) {
   publish();
 }
 
+// Each QP listed goes to ERR if it must, then is pumped. What that lists (a QP whose pump
+// spent its budget, the QPs of a CQ that overran meanwhile) waits for the next round.
 void Nic::run_deferred(Instant now) {
-  for (int round = 0; round < kSettleRounds; ++round) {
-    if (overrun_cqs_.empty() && to_fail_.empty() && to_pump_.empty()) break;
-    for (Handle handle : std::exchange(overrun_cqs_, {}))
-      if (auto it = cqs_.find(handle); it != cqs_.end()) overrun(*it->second, now);
-    for (Handle handle : std::exchange(to_fail_, {}))
-      if (auto it = qps_.find(handle); it != qps_.end()) fail_qp(*it->second, IBV_EVENT_QP_FATAL, now);
-    for (Handle handle : std::exchange(to_pump_, {}))
-      if (auto it = qps_.find(handle); it != qps_.end()) pump(*it->second, now);
+  for (int round = 0; round < kSettleRounds && !qps_to_settle_.empty(); ++round) {
+    const std::size_t listed = qps_to_settle_.size();
+    for (std::size_t i = 0; i < listed; ++i) {
+      auto it = qps_.find(qps_to_settle_[i]);
+      if (it == qps_.end()) continue;
+      Qp& qp = *it->second;
+      qp.queued = false;
+      if (std::exchange(qp.must_fail, false)) fail_qp(qp, now);
+      pump(qp, now);
+    }
+    qps_to_settle_.erase(qps_to_settle_.begin(), qps_to_settle_.begin() + static_cast<std::ptrdiff_t>(listed));
   }
-  work_left_ = !(overrun_cqs_.empty() && to_fail_.empty() && to_pump_.empty());
+  work_left_ = !qps_to_settle_.empty();
 }
 
 // Makes the pushed CQEs and events visible and signals whoever asked: a CQ's channel when
 // its arm matches (publish_completions), a context's async fd after every batch of events.
 void Nic::publish() {
   // What a completion or event announces must be in memory before anyone can see it.
-  if (!dirty_cqs_.empty() || !dirty_contexts_.empty()) dma_.flush();
-  for (Handle handle : std::exchange(dirty_cqs_, {})) {
+  if (!cqs_to_publish_.empty() || !contexts_to_publish_.empty()) dma_.flush();
+  for (Handle handle : cqs_to_publish_) {
     auto it = cqs_.find(handle);
     if (it == cqs_.end()) continue;
-    if (it->second->ring->publish_completions(solicited_cqs_.count(handle) != 0)) {
+    Cq& cq = *it->second;
+    cq.unpublished = false;
+    if (cq.ring->publish_completions(std::exchange(cq.solicited, false))) {
       ++counters_.cq_notifications;
-      watcher_.signal(it->second->notify.fd());
+      watcher_.signal(cq.notify.fd());
     }
   }
-  solicited_cqs_.clear();
-  for (Handle handle : std::exchange(dirty_contexts_, {})) {
+  cqs_to_publish_.clear();
+  for (Handle handle : contexts_to_publish_) {
     auto it = contexts_.find(handle);
     if (it == contexts_.end()) continue;
+    it->second->unpublished = false;
     it->second->events->publish();
     watcher_.signal(it->second->event_fd.fd());
   }
+  contexts_to_publish_.clear();
 }
 
 // ------------------------------------------------------------------ the engine's host
@@ -345,7 +370,7 @@ void Nic::complete(const rocev2::Completion& completion) {
   push_completion(*cq->second, to_cqe(completion),
                   completion.solicited || completion.status != rocev2::WcStatus::Success);
   // A send completion frees room in the engine: work may wait in the ring or be held.
-  if (completion.send_queue) to_pump_.insert(qp->handle);
+  if (completion.send_queue) pump_later(*qp);
 }
 
 void Nic::async_event(const rocev2::AsyncEvent& event) {
@@ -357,7 +382,7 @@ void Nic::on_state_change(rocev2::Qpn qpn, rocev2::QpState from, rocev2::QpState
   Qp* qp = qp_by_qpn(qpn);
   if (qp == nullptr) return;
   registry_.set_qp_state(qp->client, qp->handle, static_cast<ibv_qp_state>(to));
-  if (to == rocev2::QpState::Err) to_pump_.insert(qp->handle);
+  if (to == rocev2::QpState::Err) pump_later(*qp);
 }
 
 Nic::Qp* Nic::qp_by_qpn(rocev2::Qpn qpn) {
@@ -391,8 +416,7 @@ void Nic::advance(Instant now) {
   now_ = now;
   engine_.advance(now);
   settle(now);
-  check_address_spaces(now);
-  evict_lost_clients(now);
+  evict_lost_clients(check_address_spaces(now), now);
 }
 
 std::optional<Instant> Nic::next_deadline() const {

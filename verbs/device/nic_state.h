@@ -60,6 +60,7 @@ struct Nic::Context {
   SharedRegion region;
   std::unique_ptr<RingProducer> events;
   Doorbell event_fd;
+  bool unpublished = false;  // events pushed, in Nic::contexts_to_publish_
 };
 
 struct Nic::Pd {
@@ -75,6 +76,8 @@ struct Nic::Cq {
   std::unique_ptr<RingProducer> ring;
   Doorbell notify;
   bool error = false;  // overrun: every later CQE is dropped (IBV_EVENT_CQ_ERR was sent)
+  bool unpublished = false;  // CQEs pushed, in Nic::cqs_to_publish_
+  bool solicited = false;    // ... among which a solicited or error one
 };
 
 struct Nic::Srq {
@@ -117,6 +120,9 @@ struct Nic::Qp {
   rocev2::WcStatus refused_status = rocev2::WcStatus::LocQpOpErr;
   bool sq_broken = false;
   bool rq_failure_reported = false;
+  // Deferred work (Nic::settle): listed in Nic::qps_to_settle_, to go to ERR first.
+  bool queued = false;
+  bool must_fail = false;
   // The address vector as the client gave it, for query_qp and the UDP source port.
   ibv_gid dgid{};
   std::uint32_t flow_label = 0;
