@@ -91,7 +91,7 @@ TEST_CASE("Fuzz seeds: the control targets' seeds are accepted requests", "[fuzz
   NicScriptTally tally;
   CountingPort port;
   IdleWatcher watcher;
-  verbs::Nic nic(verbs::NicConfig{stack::Ipv4Address{0x0A420001}, stack::MacAddress{{2, 0, 0, 0, 0, 1}}, 1500, true, {}},
+  verbs::Nic nic(verbs::NicConfig{stack::Ipv4Address{0x0A420001}, stack::MacAddress{{2, 0, 0, 0, 0, 1}}, 1500, true, {}, {}, verbs::Quotas::kUnlimited},
                  port, watcher);
   REQUIRE(nic.client_connected({1, ::getpid(), ::getuid()}) == 0);
   REQUIRE(nic.client_connected({2, ::getpid(), ::getuid()}) == 0);

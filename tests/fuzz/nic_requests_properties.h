@@ -258,7 +258,7 @@ inline const char* check_nic_requests(ByteSpan input) {
   try {
     CountingPort port;
     IdleWatcher watcher;
-    verbs::Nic nic(verbs::NicConfig{stack::Ipv4Address{0x0A420001}, stack::MacAddress{{2, 0, 0, 0, 0, 1}}, 1500, true, {}},
+    verbs::Nic nic(verbs::NicConfig{stack::Ipv4Address{0x0A420001}, stack::MacAddress{{2, 0, 0, 0, 0, 1}}, 1500, true, {}, {}, verbs::Quotas::kUnlimited},
                    port, watcher);
     if (nic.client_connected({1, ::getpid(), ::getuid()}) != 0 || nic.client_connected({2, ::getpid(), ::getuid()}) != 0) {
       return "client_connected refused";

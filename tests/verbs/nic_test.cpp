@@ -643,7 +643,7 @@ struct EvictionScene {
   }
   FakePort port;
   FakeWatcher watcher;
-  Nic nic{NicConfig{stack::Ipv4Address{kIpA}, stack::MacAddress{{2, 0, 0, 0, 0, 9}}, 1500, true, {}}, port, watcher};
+  Nic nic{NicConfig{stack::Ipv4Address{kIpA}, stack::MacAddress{{2, 0, 0, 0, 0, 9}}, 1500, true, {}, {}, Quotas::kUnlimited}, port, watcher};
   std::vector<std::uint64_t> evicted;
 };
 
