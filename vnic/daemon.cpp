@@ -177,6 +177,7 @@ class Daemon::Impl {
   void add_nic_timer_sources();
   verbs::Quotas choose_quotas(std::vector<std::string>& notes);
   void watch_link();
+  void watch_link_monitor();
   void set_port_state(const LinkInfo& tap, Instant now);
   void start_control();
   void watch_signals();
@@ -405,10 +406,21 @@ verbs::Quotas Daemon::Impl::choose_quotas(std::vector<std::string>& notes) {
 // Subscribed first, then asked once: a change made in between arrives as a notification.
 void Daemon::Impl::watch_link() {
   link_monitor_.emplace(links_, tap_ifindex_);
-  loop_->watch(link_monitor_->fd(), [this](Instant now) {
-    for (const LinkInfo& tap : link_monitor_->drain()) set_port_state(tap, now);
-  });
+  watch_link_monitor();
   if (const auto tap = links_.find(tap_ifindex_)) set_port_state(*tap, Clock::now());
+}
+
+// The loop's readiness is edge-triggered (a multishot poll): when drain() leaves datagrams
+// queued, watching the fd anew makes the loop look again at once, on its next turn.
+void Daemon::Impl::watch_link_monitor() {
+  loop_->watch(link_monitor_->fd(), [this](Instant now) {
+    LinkMonitor::Drained drained = link_monitor_->drain();
+    for (const LinkInfo& tap : drained.states) set_port_state(tap, now);
+    if (drained.more) {
+      loop_->unwatch(link_monitor_->fd());
+      watch_link_monitor();
+    }
+  });
 }
 
 void Daemon::Impl::set_port_state(const LinkInfo& tap, Instant now) {

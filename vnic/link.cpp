@@ -63,9 +63,15 @@ NetlinkSocket connect_route_socket() {
 // (212992 bytes): 28 RTM_NEWLINK notifications of a TAP, which a host starting a few
 // containers at once sends in a moment. Capped by net.core.rmem_max.
 constexpr int kMonitorReceiveBuffer = 1 << 20;
-// Errors in a row (other than "nothing left") after which drain() gives up until the next
-// readiness, so that a socket that keeps failing cannot hold the loop.
-constexpr int kMonitorErrorsInARow = 64;
+// Datagrams one drain() reads at most, so that a flood cannot hold the loop; whatever is
+// left is read on the next turn (drain() says so).
+constexpr int kMonitorDatagramsPerDrain = 256;
+// The largest datagram read. libnl peeks at each datagram to size its buffer by default,
+// and returns without consuming a datagram whose peek read 0 bytes (review; a process
+// cannot send one today: netlink answers a zero-length send with ENODATA). Without peeking,
+// each read takes exactly one datagram off the queue, whatever it holds; link notifications
+// are a few hundred bytes, a longer datagram is refused as truncated.
+constexpr std::size_t kMonitorDatagramBytes = 64 * 1024;
 
 }  // namespace
 
@@ -152,11 +158,16 @@ bool LinkControl::disable_ipv6(const std::string& name) {
 namespace {
 
 // nl_msg_parse() hands the parsed object to a callback; this one keeps a link's state.
+// Called by libnl, a C library: nothing may be thrown through it (describe() allocates).
 void keep_link(nl_object* object, void* out) {
   if (std::strcmp(nl_object_get_type(object), "route/link") != 0) return;
   // The object is an rtnl_link (its type says so); libnl's API hands it out as nl_object.
   auto* link = reinterpret_cast<rtnl_link*>(object);
-  *static_cast<std::optional<LinkInfo>*>(out) = describe(link);
+  try {
+    *static_cast<std::optional<LinkInfo>*>(out) = describe(link);
+  } catch (...) {  // bad_alloc: the message counts as unparsed
+    static_cast<std::optional<LinkInfo>*>(out)->reset();
+  }
 }
 
 }  // namespace
@@ -183,6 +194,8 @@ LinkMonitor::LinkMonitor(LinkControl& queries, int ifindex)
   check(nl_connect(socket_.get(), NETLINK_ROUTE), "connect to rtnetlink");
   check(nl_socket_set_buffer_size(socket_.get(), kMonitorReceiveBuffer, 0), "link monitor buffer");
   check(nl_socket_set_nonblocking(socket_.get()), "link monitor non-blocking");
+  nl_socket_disable_msg_peek(socket_.get());
+  check(nl_socket_set_msg_buf_size(socket_.get(), kMonitorDatagramBytes), "link monitor read size");
   check(nl_socket_add_membership(socket_.get(), RTNLGRP_LINK), "subscribe to link notifications");
 }
 
@@ -190,27 +203,29 @@ LinkMonitor::~LinkMonitor() = default;
 
 int LinkMonitor::fd() const { return nl_socket_get_fd(socket_.get()); }
 
-std::vector<LinkInfo> LinkMonitor::drain() {
+LinkMonitor::Drained LinkMonitor::drain() {
   announced_.clear();
   bool overran = false;
-  for (int errors = 0; errors < kMonitorErrorsInARow;) {
+  bool emptied = false;
+  for (int datagrams = 0; datagrams < kMonitorDatagramsPerDrain; ++datagrams) {
     // One datagram a call, each of its messages through on_message().
     const int rc = nl_recvmsgs_default(socket_.get());
-    if (rc == -NLE_AGAIN) break;
-    if (rc == 0) {
-      errors = 0;
-      continue;
+    if (rc == -NLE_AGAIN) {
+      emptied = true;
+      break;
     }
-    ++errors;
+    if (rc == 0) continue;
     if (rc == -NLE_NOMEM) {  // ENOBUFS: the kernel dropped notifications
       ++overruns_;
       overran = true;
     } else {
-      ++rejected_;  // a datagram libnl refused as a whole (e.g. a forged NLMSG_ERROR)
+      ++rejected_;  // a datagram libnl refused as a whole (truncated, a forged NLMSG_ERROR)
     }
   }
-  if (overran) ask_after_overrun();
-  return std::move(announced_);
+  // Notifications may have been dropped, or may still wait behind a flood: the kernel's
+  // answer to a question is the state now.
+  if (overran || !emptied) ask_state();
+  return {std::move(announced_), !emptied};
 }
 
 std::vector<std::pair<std::string, std::uint64_t>> LinkMonitor::counters() const {
@@ -240,7 +255,7 @@ void LinkMonitor::take(nl_msg* message) {
   }
 }
 
-void LinkMonitor::ask_after_overrun() {
+void LinkMonitor::ask_state() {
   try {
     if (auto link = queries_.find(ifindex_)) announced_.push_back(std::move(*link));
   } catch (const NetlinkError&) {

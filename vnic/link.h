@@ -116,11 +116,16 @@ class LinkMonitor {
   LinkMonitor& operator=(const LinkMonitor&) = delete;
 
   int fd() const;
-  // Reads until the socket is empty, or until 64 reads in a row failed (the rest waits for
-  // the next readiness: the loop is never held). Returns the states the kernel announced
-  // for the link, oldest first, changes or not (RTM_NEWLINK also reports statistics and
-  // other fields); after an overrun, the state asked of the kernel comes last.
-  std::vector<LinkInfo> drain();
+  // Reads until the socket is empty, or at most 256 datagrams (a flood cannot hold the
+  // loop). `states`: what the kernel announced for the link, oldest first, changes or not
+  // (RTM_NEWLINK also reports statistics and other fields); after an overrun, or when
+  // datagrams are left, the state asked of the kernel comes last. `more`: datagrams are
+  // left; the loop's readiness is edge-triggered, so the caller must come back on its own.
+  struct Drained {
+    std::vector<LinkInfo> states;
+    bool more = false;
+  };
+  Drained drain();
 
   // link_notifications (RTM_NEWLINK of this link), link_messages_rejected, link_overruns.
   std::vector<std::pair<std::string, std::uint64_t>> counters() const;
@@ -128,7 +133,7 @@ class LinkMonitor {
  private:
   static int on_message(nl_msg* message, void* monitor);
   void take(nl_msg* message);
-  void ask_after_overrun();
+  void ask_state();
 
   LinkControl& queries_;
   int ifindex_;

@@ -172,6 +172,11 @@ bool readable(int fd) {
   return ::poll(&entry, 1, 1000) == 1;
 }
 
+bool readable_now(int fd) {
+  pollfd entry{fd, POLLIN, 0};
+  return ::poll(&entry, 1, 0) == 1;
+}
+
 bool may_make_namespaces() {
   if (::geteuid() == 0) return true;
   WARN("SKIPPED: a private network namespace needs root");
@@ -205,11 +210,11 @@ TEST_CASE("link monitor: the kernel's notifications of one link, read without bl
   if (!may_make_namespaces()) return;
   LoopbackScene scene;
   LinkMonitor& monitor = scene.monitor;
-  CHECK(monitor.drain().empty());  // nothing yet, and no wait
+  CHECK(monitor.drain().states.empty());  // nothing yet, and no wait
 
   set_loopback(true);
   REQUIRE(readable(monitor.fd()));
-  auto states = monitor.drain();
+  auto states = monitor.drain().states;
   REQUIRE_FALSE(states.empty());
   CHECK(states.back().ifindex == scene.ifindex);
   CHECK(states.back().up);
@@ -217,7 +222,7 @@ TEST_CASE("link monitor: the kernel's notifications of one link, read without bl
 
   set_loopback(false);
   REQUIRE(readable(monitor.fd()));
-  states = monitor.drain();
+  states = monitor.drain().states;
   REQUIRE_FALSE(states.empty());
   CHECK_FALSE(states.back().up);
   CHECK_FALSE(states.back().running);
@@ -236,10 +241,57 @@ TEST_CASE("link monitor: after an overrun the link's state is asked of the kerne
   for (int change = 0; change < 32; ++change) set_loopback_mtu(60000 + change);
   set_loopback(false);
 
-  const auto states = monitor.drain();
+  const auto states = monitor.drain().states;
   CHECK(counter(monitor, "link_overruns") >= 1);
   REQUIRE_FALSE(states.empty());
   CHECK(states.size() < 34);  // some were dropped
   CHECK_FALSE(states.back().up);
   CHECK_FALSE(states.back().running);
+}
+
+namespace {
+
+// Sends `count` datagrams of `length` zero bytes to the monitor's socket from another
+// rtnetlink socket of this process (unicast to a socket needs CAP_NET_ADMIN: root here).
+void send_datagrams(const LinkMonitor& monitor, int count, std::size_t length) {
+  sockaddr_nl to{};
+  socklen_t size = sizeof(to);
+  REQUIRE(::getsockname(monitor.fd(), reinterpret_cast<sockaddr*>(&to), &size) == 0);
+  const int sender = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  REQUIRE(sender >= 0);
+  const std::vector<std::uint8_t> bytes(length, 0);
+  for (int i = 0; i < count; ++i) {
+    REQUIRE(::sendto(sender, bytes.data(), bytes.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) ==
+            static_cast<ssize_t>(length));
+  }
+  ::close(sender);
+}
+
+}  // namespace
+
+TEST_CASE("link monitor: a datagram shorter than a netlink header is read once and dropped", "[vnic][link]") {
+  if (!may_make_namespaces()) return;
+  LoopbackScene scene;
+  send_datagrams(scene.monitor, 1, 3);
+  REQUIRE(readable(scene.monitor.fd()));
+  const LinkMonitor::Drained drained = scene.monitor.drain();
+  CHECK_FALSE(drained.more);
+  CHECK(drained.states.empty());
+  CHECK_FALSE(readable_now(scene.monitor.fd()));
+}
+
+TEST_CASE("link monitor: a flood is read in bounded turns, and the state asked of the kernel", "[vnic][link]") {
+  if (!may_make_namespaces()) return;
+  LoopbackScene scene;
+  send_datagrams(scene.monitor, 300, 16);  // 16 bytes: an nlmsghdr of zeros, no message in it
+  set_loopback(true);                      // the real notification, behind the flood
+  LinkMonitor::Drained first = scene.monitor.drain();
+  CHECK(first.more);
+  REQUIRE_FALSE(first.states.empty());  // the state asked of the kernel, though the notification was not reached
+  CHECK(first.states.back().up);
+  LinkMonitor::Drained second = scene.monitor.drain();
+  CHECK_FALSE(second.more);
+  REQUIRE_FALSE(second.states.empty());
+  CHECK(second.states.back().up);
+  CHECK_FALSE(readable_now(scene.monitor.fd()));
 }
