@@ -182,6 +182,9 @@ struct WrOpcodeInfo {
   bool ieth = false;        // the last packet carries an IETH (the R_Key to invalidate)
   bool read = false;        // the responder answers with data (READ responses)
   bool atomic = false;      // the responder answers with the original value (atomic ACK)
+  // Its IBV_QP_EX_WITH_* bit (ibv_qp_init_attr_ex.send_ops_flags): 1 << opcode up to TSO,
+  // then FLUSH 1 << 11 and ATOMIC_WRITE 1 << 12.
+  std::uint64_t send_ops_flag = 0;
 
   // The operations that keep a responder resource while outstanding (IBA ch. 9
   // max_rd_atomic) and whose local buffer the responder's answer fills.
@@ -230,6 +233,7 @@ constexpr std::array<WrOpcodeInfo, 16> make_wr_opcodes() {
   constexpr std::uint8_t kAll = transports::kRc | transports::kUc | transports::kUd;
   constexpr std::uint8_t kConnected = transports::kRc | transports::kUc;
   std::array<WrOpcodeInfo, 16> t{};
+  // Rows 0..10 first, so that each gets its send_ops_flag below.
   t[0] = wr_row("RDMA_WRITE", true, WcOpcode::RdmaWrite, kConnected,
                 O::RcWriteFirst, O::RcWriteMiddle, O::RcWriteLast, O::RcWriteOnly);
   t[1] = wr_row("RDMA_WRITE_WITH_IMM", true, WcOpcode::RdmaWrite, kConnected,
@@ -252,6 +256,9 @@ constexpr std::array<WrOpcodeInfo, 16> make_wr_opcodes() {
   t[11].name = "DRIVER1";
   t[14] = wr_single("FLUSH", false, WcOpcode::Flush, O::RcFlush);
   t[15] = wr_single("ATOMIC_WRITE", false, WcOpcode::AtomicWrite, O::RcAtomicWrite);
+  for (std::size_t i = 0; i <= 10; ++i) t[i].send_ops_flag = std::uint64_t{1} << i;
+  t[14].send_ops_flag = std::uint64_t{1} << 11;
+  t[15].send_ops_flag = std::uint64_t{1} << 12;
   return t;
 }
 
@@ -267,6 +274,32 @@ constexpr const WrOpcodeInfo& wr_opcode_info(WrOpcode op) {
   return detail::kWrOpcodes[i];
 }
 constexpr std::string_view name(WrOpcode op) { return wr_opcode_info(op).name; }
+
+// The IBV_QP_EX_WITH_* bits of every operation the engine implements.
+constexpr std::uint64_t implemented_send_ops_flags() {
+  std::uint64_t flags = 0;
+  for (const WrOpcodeInfo& row : detail::kWrOpcodes)
+    if (row.implemented) flags |= row.send_ops_flag;
+  return flags;
+}
+
+namespace detail {
+// Every row agrees with the BTH opcode table about the transports it claims: a UD row has a
+// UD opcode, a UC row's opcodes exist on UC, and no row claims a transport it has no opcode
+// for. A row that skipped this would put, say, RC SEND_FIRST on a UD QP.
+constexpr bool rows_agree_with_opcode_table() {
+  for (const WrOpcodeInfo& row : kWrOpcodes) {
+    if (row.allowed_on(QpType::Ud) && !opcode_info(row.ud_only).flags.has(OpcodeFlags::kUd)) return false;
+    if (row.allowed_on(QpType::Uc)) {
+      for (const Opcode rc : {row.first, row.middle, row.last, row.only})
+        if (!opcode_info(static_cast<Opcode>(static_cast<std::uint8_t>(rc) | 0x20u)).flags.has(OpcodeFlags::kUc)) return false;
+    }
+    if (row.allowed_on(QpType::Rc) && !opcode_info(row.only).flags.has(OpcodeFlags::kRc)) return false;
+  }
+  return true;
+}
+static_assert(rows_agree_with_opcode_table());
+}  // namespace detail
 
 // The table against the BTH opcode table and verbs.h, checked by the compiler.
 static_assert(wr_opcode_info(WrOpcode::RdmaWrite).reth && !wr_opcode_info(WrOpcode::Send).reth);

@@ -30,18 +30,7 @@ std::string_view to_string(PacketDecision d) {
   return "?";
 }
 
-std::string_view to_string(QpState s) {
-  switch (s) {
-    case QpState::Reset: return "RESET";
-    case QpState::Init: return "INIT";
-    case QpState::Rtr: return "RTR";
-    case QpState::Rts: return "RTS";
-    case QpState::Sqd: return "SQD";
-    case QpState::Sqe: return "SQE";
-    case QpState::Err: return "ERR";
-  }
-  return "?";
-}
+std::string_view to_string(QpState s) { return name(s); }
 
 Engine::Engine(EngineHost& host, MrTable& mrs, Dma& dma, EngineObserver* observer)
     : impl_(std::make_unique<Impl>(host, mrs, dma, observer)) {}

@@ -534,10 +534,10 @@ TEST_CASE("ibverbs: ibv_init_ah_from_wc takes the sender from the IPv4 header in
 TEST_CASE("ibverbs: every status and event text is the one Debian's libibverbs gives", "[ibverbs]") {
   const char* const debian = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1";
   void* real = dlmopen(LM_ID_NEWLM, debian, RTLD_NOW | RTLD_LOCAL);
-  if (real == nullptr) {
-    WARN("SKIPPED: cannot load Debian's libibverbs for reference (" << dlerror() << "); install libibverbs1");
-    return;
-  }
+  // Not a skip: Debian's libibverbs1 comes with the packages scripts/deps installs, and a
+  // test that passed without its reference would check nothing.
+  INFO("cannot load Debian's libibverbs for reference: install libibverbs1 (scripts/deps)");
+  REQUIRE(real != nullptr);
   using StatusStr = const char* (*)(ibv_wc_status);
   using EventStr = const char* (*)(ibv_event_type);
   const auto real_status = reinterpret_cast<StatusStr>(dlsym(real, "ibv_wc_status_str"));

@@ -3,13 +3,14 @@
 # was built and on the sources:
 #  1. the libraries an application loads (the drop-in libibverbs.so.1, the stand-in
 #     providers, the client library, the contract) need none of the daemon's libraries:
-#     not the device, the engine, the stack, the vnic, ISA-L, liburing or libnl;
+#     not the device, the engine, the stack, the vnic, ISA-L, liburing or libnl; and define
+#     none of the daemon's code either (compiled in rather than linked: nm shows it);
 #  2. application-side and contract sources include only application-side and contract
 #     headers, and the header-only verbs vocabulary of rocev2/ and stack/ listed below;
 #     the contract includes nothing of the application side, and the device nothing of it
 #     either.
 # Before checking, it shows that each check can fail: the daemon's own device library must
-# fail check 1, and a planted include of the engine must fail check 2.
+# fail check 1 (both halves), and planted includes of the engine must fail check 2.
 #
 # Usage: check.sh SOURCE_DIR LIBRARY...
 set -uo pipefail
@@ -21,6 +22,9 @@ libraries=("$@")
 # Header-only vocabulary both sides may name (each includes only others of this list).
 allowed_shared=(rocev2/verbs_codes.h rocev2/opcode.h rocev2/types.h stack/bytes.h)
 forbidden_needed='librrdma_verbs_device|librrdma_rocev2|librrdma_stack|librrdma_vnic|libisal|liburing|libnl'
+# Demangled names of the daemon's code; the header-only vocabulary is constexpr and defines
+# nothing of these.
+forbidden_defined='rrdma::(stack::|vnic::|rocev2::(Engine|MrTable|Dma|compute_icrc|parse_transport|write_transport)|verbs::(Nic|MrTable|ProcessDma|Resource|Quota))'
 
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -38,10 +42,12 @@ check_needed() {
   needed=$(needed_of "$1") || return 2
   # Every shared library we build needs libc: an empty list means readelf read nothing.
   grep -qx 'libc.so.6' <<<"$needed" || { echo "no libc.so.6 among NEEDED of $1: not read?"; return 2; }
-  local bad
+  local bad defined
   bad=$(grep -E "^($forbidden_needed)" <<<"$needed")
-  [[ -z $bad ]] && return 0
-  echo "$1 needs: $(tr '\n' ' ' <<<"$bad")"
+  defined=$(nm -DC --defined-only "$1" 2>/dev/null | grep -E "$forbidden_defined" | head -3)
+  [[ -z $bad && -z $defined ]] && return 0
+  [[ -n $bad ]] && echo "$1 needs: $(tr '\n' ' ' <<<"$bad")"
+  [[ -n $defined ]] && echo "$1 defines daemon code: $(tr '\n' ' ' <<<"$defined")"
   return 1
 }
 
@@ -60,12 +66,22 @@ check_includes() {  # $1 = area, then files
   for file in "$@"; do
     while IFS= read -r header; do
       is_allowed_include "$area" "$header" || { echo "$file includes \"$header\""; status=1; }
-    done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
+    done < <(project_includes "$file")
   done
   return $status
 }
 
+# The project's headers a file includes, in quotes or angle brackets (a path that starts
+# with one of our top-level folders).
+project_includes() {
+  sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]\([^">]*\)[">].*/\1/p' "$1" |
+    grep -E '^(stack|rocev2|verbs|vnic|cli)/' || true
+}
+
 sources_of() { find "$source_dir/$1" -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.c' \) | sort; }
+
+TMPDIR_CHECK=$(mktemp -d)
+trap 'rm -rf "$TMPDIR_CHECK"' EXIT
 
 # --- the checks can fail -------------------------------------------------------------
 device_library=""
@@ -76,19 +92,24 @@ app_libraries=()
 for lib in "${libraries[@]}"; do [[ $lib != "$device_library" ]] && app_libraries+=("$lib"); done
 if [[ -z $device_library ]]; then
   fail "the device library was not given: the self-check of check 1 cannot run"
-elif check_needed "$device_library" >/dev/null; then
-  fail "check 1 passes the daemon's device library, which links the engine: it cannot fail"
+else
+  check_needed "$device_library" >"$TMPDIR_CHECK/device.out"
+  status=$?
+  [[ $status == 1 ]] || fail "check 1 did not refuse the daemon's device library (status $status): it cannot fail"
+  grep -q "needs:" "$TMPDIR_CHECK/device.out" || fail "check 1's NEEDED half did not refuse the device library"
+  grep -q "defines daemon code:" "$TMPDIR_CHECK/device.out" || fail "check 1's symbol half did not refuse the device library"
 fi
-planted=$(mktemp --suffix=.cpp)
-trap 'rm -f "$planted"' EXIT
+planted=$TMPDIR_CHECK/planted.cpp
 printf '#include "verbs/app/client.h"\n#include "rocev2/engine/engine.h"\n' >"$planted"
-check_includes app "$planted" >/dev/null && fail "check 2 accepts an include of the engine: it cannot fail"
+check_includes app "$planted" >/dev/null && fail "check 2 accepts a quoted include of the engine: it cannot fail"
+printf '#include <verbs/device/nic.h>\n' >"$planted"
+check_includes app "$planted" >/dev/null && fail "check 2 accepts an angle-bracket include of the device: it cannot fail"
 
 # --- check 1 ---------------------------------------------------------------------------
 [[ ${#app_libraries[@]} -ge 4 ]] || fail "expected at least 4 application-side libraries, got ${#app_libraries[@]}"
 for lib in "${app_libraries[@]}"; do
   if out=$(check_needed "$lib"); then
-    echo "ok: $(basename "$lib") needs none of the daemon's libraries"
+    echo "ok: $(basename "$lib") needs none of the daemon's libraries and defines none of its code"
   else
     fail "$out"
   fi
@@ -109,7 +130,7 @@ for file in "${vocabulary[@]}"; do
     ok=1
     for h in "${allowed_shared[@]}"; do [[ $header == "$h" ]] && ok=0; done
     [[ $ok == 0 ]] || fail "$file (shared vocabulary) includes \"$header\""
-  done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
+  done < <(project_includes "$file")
 done
 if grep -n '#include "verbs/app/' "${device_sources[@]}"; then fail "the device includes the application side"; fi
 echo "checked ${#app_sources[@]} application-side, ${#contract_sources[@]} contract and ${#device_sources[@]} device sources"

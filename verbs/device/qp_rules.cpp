@@ -241,17 +241,6 @@ const char* mask_bit_name(int bit) {
   }
 }
 
-const char* state_name(ibv_qp_state state) {
-  switch (state) {
-    case IBV_QPS_RESET: return "RESET";
-    case IBV_QPS_INIT: return "INIT";
-    case IBV_QPS_RTR: return "RTR";
-    case IBV_QPS_RTS: return "RTS";
-    case IBV_QPS_SQD: return "SQD";
-    case IBV_QPS_SQE: return "SQE";
-    case IBV_QPS_ERR: return "ERR";
-    default: return "UNKNOWN";
-  }
-}
+const char* state_name(ibv_qp_state state) { return rocev2::name(static_cast<rocev2::QpState>(state)).data(); }
 
 }  // namespace rrdma::verbs

@@ -11,10 +11,13 @@ namespace rrdma::ibverbs {
 namespace {
 
 // The ibv_send_wr opcodes ibv_wr_* can build on our QPs (ibv_create_qp_ex(3) send_ops_flags).
-constexpr std::uint64_t kSupportedSendOps =
-    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
+constexpr std::uint64_t kSupportedSendOps = rocev2::implemented_send_ops_flags();
+static_assert(kSupportedSendOps ==
+              (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+               IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+               IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV),
+              "the table's bits are verbs.h's (update this check when a row becomes implemented)");
+static_assert(rocev2::wr_opcode_info(rocev2::WrOpcode::AtomicWrite).send_ops_flag == IBV_QP_EX_WITH_ATOMIC_WRITE);
 
 // What a CQE carries (verbs/contract/abi.h Cqe); completion timestamps, VLANs, flow tags we have not.
 constexpr std::uint64_t kSupportedWcFlags =
