@@ -14,8 +14,9 @@ constexpr const char* kTraceFooter = R"(Examples:
   rrdma-vnic trace rv0 --layer roce --layer qp   # transport headers and decisions only
 One line per event (time, rx/tx frame, state change, completion), then one indented line
 per layer: eth, arp, ip (and icmp), udp, roce (the BTH and its extension headers), qp
-(the engine's decision, the DMA it did), verbs (completions). A QP filter keeps only what
-concerns that local QP. The daemon formats nothing while nobody traces.)";
+(the engine's decision, the DMA it did), verbs (completions), gsi (what the GSI endpoint,
+QP 1, did with a management datagram). A QP filter keeps only what concerns that local QP.
+The daemon formats nothing while nobody traces.)";
 
 }  // namespace
 
@@ -24,8 +25,8 @@ void add_trace_command(CLI::App& app, TraceCommand& command) {
   command.app->footer(kTraceFooter);
   command.app->add_option("name", command.vnic, "The vnic's name")->required();
   command.app->add_option("--qp", command.qp, "Only events of this local QP number (e.g. 17 or 0x11)");
-  command.app->add_option("--layer", command.layers, "Only lines of this layer (repeatable): eth arp ip udp roce qp verbs")
-      ->check(CLI::IsMember({"eth", "arp", "ip", "udp", "roce", "qp", "verbs"}));
+  command.app->add_option("--layer", command.layers, "Only lines of this layer (repeatable): eth arp ip udp roce qp verbs gsi")
+      ->check(CLI::IsMember({"eth", "arp", "ip", "udp", "roce", "qp", "verbs", "gsi"}));
   command.app->add_option("--count", command.count, "Stop after this many events");
 }
 

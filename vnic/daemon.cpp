@@ -12,6 +12,7 @@
 #include <ctime>
 #include <system_error>
 
+#include "rocev2/gsi.h"
 #include "stack/interface.h"
 #include "verbs/device/device_caps.h"
 #include "verbs/device/nic.h"
@@ -205,6 +206,10 @@ class Daemon::Impl {
   LoopWatcher watcher_;
   std::optional<RocePort> roce_;
   std::optional<verbs::Nic> nic_;
+  // QP 1: management datagrams, on the RoCE port beside the Nic. Until the CM exists, the
+  // MADs it accepts are counted and dropped by the stand-in handler.
+  std::optional<rocev2::GsiEndpoint> gsi_;
+  rocev2::DiscardingMadHandler mads_without_cm_;
   DescriptorReport descriptors_;  // what raise_fd_limit() got
   std::optional<Telemetry> telemetry_;  // `rrdma-vnic stats` (RoCE part) and `trace`
   // The ifindex of the TAP this daemon made, 0 until TUNSETIFF succeeded. Only that
@@ -345,9 +350,13 @@ void Daemon::Impl::start_nic(std::vector<std::string>& notes) {
     if (nic_) nic_->end_of_frames();
   });
   roce_->attach(&*nic_);
+  gsi_.emplace(*roce_);
+  gsi_->set_handler(&mads_without_cm_);
+  roce_->attach_gsi(&*gsi_);
   telemetry_.emplace(*loop_, *capture_);
   roce_->set_observer(&*telemetry_);
   nic_->set_engine_observer(&*telemetry_);
+  gsi_->set_observer(&*telemetry_);
   interface_->set_observer(&*telemetry_);
   add_nic_timer_sources();
 }
@@ -497,6 +506,8 @@ nlohmann::json Daemon::Impl::stats() {
   for (const auto& [name, value] : link_monitor_->counters()) stats["daemon"][name] = value;
   add_layer(stats, "roce", roce_->named_counters());
   add_layer(stats, "engine", named(nic_->engine_counters()));
+  add_layer(stats, "gsi", rocev2::named(gsi_->counters()));
+  stats["gsi"]["rx_discarded_no_cm"] = mads_without_cm_.discarded();
   add_layer(stats, "verbs", named(nic_->counters()));
   add_layer(stats, "dma", named(nic_->dma_counters()));
   for (const auto& [name, value] : named(nic_->quota_refusals())) stats["quotas"][name] = value;
@@ -529,6 +540,8 @@ void Daemon::Impl::tear_down() {
       link_monitor_.reset();
     }
     nic_.reset();
+    if (roce_) roce_->attach_gsi(nullptr);
+    gsi_.reset();
     roce_.reset();
     interface_.reset();
     telemetry_.reset();

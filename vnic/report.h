@@ -9,7 +9,7 @@
 //            "quota_use":[{"pid","uid","connections","contexts",...,"mrs","ring_bytes",
 //                          "descriptors"}]}   (per process, not per connection)
 //   stats:  {"ethernet":{...},"arp":{...},"ipv4":{...},"icmp":{...},"udp":{...},
-//            "daemon":{...},"roce":{...},"engine":{...},"verbs":{...},"dma":{...},
+//            "daemon":{...},"roce":{...},"engine":{...},"gsi":{...},"verbs":{...},"dma":{...},
 //            "quotas":{"refused_contexts",...,"refused_mrs","refused_ring_bytes"}}
 //            layer -> counter name -> number
 #pragma once

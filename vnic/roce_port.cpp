@@ -35,20 +35,38 @@ void RocePort::receive_udp(const stack::UdpDatagram& datagram, Instant now) {
     return;
   }
   if (observer_ != nullptr) observer_->on_transport(false, packet, packet.bth.dest_qp, datagram.ip.source);
+  const rocev2::PacketSource from{datagram.ip.source, datagram.source_port, datagram.ip_header};
+  // QP 0 and 1 are not the engine's (its QPNs start at 17): management datagrams.
+  if (rocev2::is_management_qp(packet.bth.dest_qp)) {
+    if (gsi_ == nullptr) {
+      ++counters_.rx_no_device;
+      return;
+    }
+    gsi_->receive(packet, from, now);
+    return;
+  }
   if (nic_ == nullptr) {
     ++counters_.rx_no_device;
     return;
   }
-  nic_->receive(packet, rocev2::PacketSource{datagram.ip.source, datagram.source_port, datagram.ip_header}, now);
+  nic_->receive(packet, from, now);
 }
 
 void RocePort::send(const rocev2::OutgoingPacket& out, std::uint16_t udp_source_port, Instant now) {
+  transmit(out, udp_source_port, now);
+}
+
+bool RocePort::send_gsi(const rocev2::OutgoingPacket& out, std::uint16_t udp_source_port, Instant now) {
+  return transmit(out, udp_source_port, now);
+}
+
+bool RocePort::transmit(const rocev2::OutgoingPacket& out, std::uint16_t udp_source_port, Instant now) {
   // Checked before the stack starts a frame: a packet the wire format refuses (an engine
   // bug) is counted and never sent. The stack then has it written in place, once (encap.h).
   rocev2::TransportPayload payload(out.packet);
   if (payload.error() != rocev2::EmitError::none) {
     ++counters_.tx_emit_errors;
-    return;
+    return false;
   }
   stack::UdpSend request;
   request.destination = out.dest;
@@ -64,14 +82,15 @@ void RocePort::send(const rocev2::OutgoingPacket& out, std::uint16_t udp_source_
   if (observer_ != nullptr) observer_->on_transport(true, payload.packet(), out.src_qpn, out.dest);
   const stack::SendResult result = interface_.send_udp(request, now, &finalizer);
   switch (result) {
-    case stack::SendResult::sent: ++counters_.tx_packets; break;
+    case stack::SendResult::sent: ++counters_.tx_packets; return true;
     case stack::SendResult::queued:
       ++counters_.tx_packets;
       ++counters_.tx_arp_pending;
-      break;
-    case stack::SendResult::unroutable: ++counters_.tx_unroutable; break;
-    case stack::SendResult::too_big: ++counters_.tx_too_big; break;
+      return true;
+    case stack::SendResult::unroutable: ++counters_.tx_unroutable; return false;
+    case stack::SendResult::too_big: ++counters_.tx_too_big; return false;
   }
+  return false;
 }
 
 std::vector<std::pair<std::string_view, std::uint64_t>> RocePort::named_counters() const {

@@ -35,6 +35,14 @@ void Telemetry::on_completion(const rocev2::Completion& cqe) {
   tracer_.completion(cqe);
 }
 
+void Telemetry::on_gsi_received(const rocev2::TransportPacket& packet, rocev2::GsiDrop drop) {
+  tracer_.gsi(false, packet, drop, true);
+}
+
+void Telemetry::on_gsi_sent(const rocev2::TransportPacket& packet, bool accepted) {
+  tracer_.gsi(true, packet, rocev2::GsiDrop::none, accepted);
+}
+
 void Telemetry::arp_resolved(stack::Ipv4Address address, const stack::MacAddress& mac) {
   if (tracer_.active()) tracer_.note(TraceLayer::Arp, "arp resolved " + address.to_string() + " is at " + mac.to_string());
 }

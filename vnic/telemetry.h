@@ -1,13 +1,15 @@
 // What the daemon shows of itself beyond the stack's counters: the RoCE statistics
 // (vnic/roce_stats.h, always counted) and the live trace (vnic/trace.h, only while someone
-// watches). One observer object for the three places events come from: the RocePort
-// (TransportObserver), the engine through the Nic (EngineObserver) and the stack
-// (StackObserver); frames come through FrameCapture's hook.
+// watches). One observer object for the four places events come from: the RocePort
+// (TransportObserver), the engine through the Nic (EngineObserver), the GSI endpoint
+// (GsiObserver) and the stack (StackObserver); frames come through FrameCapture's hook.
+// The GSI endpoint counts for itself (rocev2::GsiCounters): only its trace lines pass here.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include "rocev2/engine/ports.h"
+#include "rocev2/gsi.h"
 #include "stack/interface.h"
 #include "vnic/capture.h"
 #include "vnic/event_loop.h"
@@ -17,7 +19,10 @@
 
 namespace rrdma::vnic {
 
-class Telemetry final : public rocev2::EngineObserver, public TransportObserver, public stack::StackObserver {
+class Telemetry final : public rocev2::EngineObserver,
+                        public rocev2::GsiObserver,
+                        public TransportObserver,
+                        public stack::StackObserver {
  public:
   // Frames reach the tracer through `capture`'s hook, which must outlive this.
   Telemetry(EventLoop& loop, FrameCapture& capture);
@@ -38,6 +43,9 @@ class Telemetry final : public rocev2::EngineObserver, public TransportObserver,
   void on_packet(rocev2::Qpn qpn, const rocev2::Bth& bth, rocev2::PacketDecision decision,
                  std::string_view detail) override;
   void on_completion(const rocev2::Completion& cqe) override;
+  // rocev2::GsiObserver
+  void on_gsi_received(const rocev2::TransportPacket& packet, rocev2::GsiDrop drop) override;
+  void on_gsi_sent(const rocev2::TransportPacket& packet, bool accepted) override;
   // stack::StackObserver
   void arp_resolved(stack::Ipv4Address address, const stack::MacAddress& mac) override;
   void arp_failed(stack::Ipv4Address address, std::size_t dropped_packets) override;

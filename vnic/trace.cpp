@@ -26,7 +26,9 @@ namespace {
 constexpr std::size_t kMaxSessions = 4;
 constexpr int kTraceSendBuffer = 4 * 1024 * 1024;
 
-constexpr std::string_view kLayerNames[] = {"eth", "arp", "ip", "udp", "roce", "qp", "verbs"};
+constexpr std::string_view kLayerNames[] = {"eth", "arp", "ip", "udp", "roce", "qp", "verbs", "gsi"};
+static_assert(std::size(kLayerNames) == static_cast<std::size_t>(TraceLayer::Gsi) + 1);
+static_assert(kAllTraceLayers == (1u << std::size(kLayerNames)) - 1);
 
 std::uint32_t bit(TraceLayer layer) { return 1u << static_cast<unsigned>(layer); }
 
@@ -186,7 +188,7 @@ std::optional<TraceFilter> parse_trace_filter(const nlohmann::json& request, std
     for (const auto& name : *layers) {
       const auto layer = name.is_string() ? trace_layer_from(name.get<std::string>()) : std::nullopt;
       if (!layer) {
-        error = "unknown layer " + name.dump() + " (eth, arp, ip, udp, roce, qp, verbs)";
+        error = "unknown layer " + name.dump() + " (eth, arp, ip, udp, roce, qp, verbs, gsi)";
         return std::nullopt;
       }
       filter.layers |= bit(*layer);
@@ -440,6 +442,34 @@ void Tracer::completion(const rocev2::Completion& cqe) {
                 qp_text(cqe.qpn.value()).c_str(), std::string(rocev2::name(cqe.opcode)).c_str(),
                 std::string(rocev2::name(cqe.status)).c_str(), cqe.byte_len, cqe.wr_id),
          cqe.qpn.value());
+}
+
+// The MAD's class and attribute as raw numbers: the CM's codec will say what they mean.
+void Tracer::gsi(bool sent, const rocev2::TransportPacket& packet, rocev2::GsiDrop drop, bool accepted) {
+  if (!active()) return;
+  const std::uint32_t qpn = packet.bth.dest_qp.value();
+  std::string what;
+  if (drop != rocev2::GsiDrop::none) {
+    what = "dropped by the GSI endpoint: " + std::string(rocev2::to_string(drop));
+  } else {
+    const auto mad = rocev2::peek_mad_header(rocev2::MadSpan(packet.payload.data(), rocev2::kMadLength));
+    what = format("%s MAD base %u class 0x%02x version %u method 0x%02x attribute 0x%04x",
+                  sent ? "sent by the GSI endpoint:" : "to the GSI endpoint:", unsigned{mad.base_version},
+                  unsigned{mad.mgmt_class}, unsigned{mad.class_version}, unsigned{mad.method},
+                  unsigned{mad.attribute_id});
+  }
+  if (sent && !accepted) {
+    tx_awaits_frame_ = false;
+    note(TraceLayer::Gsi, what + ", not sent (no route, or too big)", qpn);
+    return;
+  }
+  if (sent && tx_awaits_frame_) {
+    // No frame came: the stack holds the packet until ARP resolves its next hop.
+    tx_awaits_frame_ = false;
+    note(TraceLayer::Gsi, what + ", waiting for ARP", qpn);
+    return;
+  }
+  append(TraceLayer::Gsi, "gsi", what, qpn);
 }
 
 void Tracer::note(TraceLayer layer, std::string text, std::optional<std::uint32_t> qpn) {

@@ -9,6 +9,8 @@
 //     roce  RC RDMA_WRITE_FIRST qp 0x000011 psn 7 A=0 reth{va 0x7f.. rkey 0x2ff len 4096} payload 1024
 //     qp    0x000011 accepted (RC RDMA_WRITE_FIRST)
 //     dma   write 1024 bytes at 0x7f.. (rkey 0x2ff)
+// A packet for QP 0 or 1 has a `gsi` line instead of the engine's: what the GSI endpoint
+// did with it (and the MAD header's class and attribute, as raw numbers).
 // Also QP state transitions with their cause, completions, ARP resolutions, drops and
 // retransmissions with their reason.
 //
@@ -26,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rocev2/engine/ports.h"
+#include "rocev2/gsi.h"
 #include "rocev2/packet.h"
 #include "stack/addresses.h"
 #include "stack/bytes.h"
@@ -35,8 +38,8 @@
 namespace rrdma::vnic {
 
 // The layers a client may ask for (`--layer`), one bit each.
-enum class TraceLayer : std::uint8_t { Eth, Arp, Ip, Udp, Roce, Qp, Verbs };
-inline constexpr std::uint32_t kAllTraceLayers = 0x7F;
+enum class TraceLayer : std::uint8_t { Eth, Arp, Ip, Udp, Roce, Qp, Verbs, Gsi };
+inline constexpr std::uint32_t kAllTraceLayers = 0xFF;
 std::optional<TraceLayer> trace_layer_from(std::string_view name);
 std::string_view to_string(TraceLayer layer);
 
@@ -92,6 +95,9 @@ class Tracer {
   void decision(rocev2::Qpn qpn, const rocev2::Bth& bth, rocev2::PacketDecision decision, std::string_view detail);
   void state(rocev2::Qpn qpn, rocev2::QpState from, rocev2::QpState to, std::string_view cause);
   void completion(const rocev2::Completion& cqe);
+  // A packet the GSI endpoint received (`drop`: what it did with it) or sent (`accepted` by
+  // the link: sent or waiting for ARP).
+  void gsi(bool sent, const rocev2::TransportPacket& packet, rocev2::GsiDrop drop, bool accepted);
   void note(TraceLayer layer, std::string text, std::optional<std::uint32_t> qpn = std::nullopt);
 
  private:

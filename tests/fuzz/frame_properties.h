@@ -7,8 +7,11 @@
 //  - rebuilding an accepted frame from its parsed values (build_frame: the daemon's own frame
 //    writers, encap.h) gives a frame that parses to the same values (the bytes may differ
 //    only where the parser normalises: reserved bits, IPv4 options, a non-zero UDP checksum,
-//    Ethernet padding, pad contents).
-// Returns a description of the first property that fails, or nullptr.
+//    Ethernet padding, pad contents);
+//  - the GSI endpoint's check (rocev2/gsi.h) takes from an accepted frame for QP 0 or 1 only
+//    a 256-byte MAD, and takes the packet it would send with that MAD itself.
+// Returns a description of the first property that fails, or nullptr. gsi_seed_frame() is a
+// MAD to QP 1 for the seed corpus: no capture in tests/data has GSI traffic yet.
 #pragma once
 
 #include <algorithm>
@@ -16,9 +19,11 @@
 #include <vector>
 
 #include "rocev2/encap.h"
+#include "rocev2/gsi.h"
 #include "rocev2/icrc.h"
 #include "rocev2/wire.h"
 #include "stack/checksum.h"
+#include "tests/sample_mad.h"
 
 namespace rrdma::fuzz {
 
@@ -55,7 +60,27 @@ inline const char* check_frame_properties(ByteSpan input) {
   before.ipv4.payload_length = after.ipv4.payload_length = 0;
   before.udp.payload_length = after.udp.payload_length = 0;
   if (!(before == after)) return "rebuilt frame parses to different headers";
+
+  if (is_management_qp(frame.packet.bth.dest_qp) && check_gsi_packet(frame.packet) == GsiDrop::none) {
+    if (frame.packet.payload.size() != kMadLength) return "gsi: accepted a MAD that is not 256 bytes";
+    const MadSpan mad(frame.packet.payload.data(), kMadLength);
+    if (check_gsi_packet(gsi_packet(frame.packet.bth.psn, mad)) != GsiDrop::none) return "gsi: refuses its own packet";
+  }
   return nullptr;
+}
+
+// A CM REQ's MAD header and counting bytes (tests/sample_mad.h), from QP 1 of 10.77.0.3 to
+// QP 1 of 10.77.0.2, as the GSI endpoint sends it.
+inline std::vector<std::uint8_t> gsi_seed_frame() {
+  using namespace rocev2;
+  const auto mad = test::sample_mad();
+  const TransportPacket packet = gsi_packet(Psn(0), mad);
+  std::vector<std::uint8_t> frame(frame_length(packet));
+  const RoceHeaders headers =
+      roce_headers(stack::MacAddress{{2, 0, 0, 0, 0, 3}}, stack::MacAddress{{2, 0, 0, 0, 0, 2}},
+                   stack::Ipv4Address{0x0A4D0003}, stack::Ipv4Address{0x0A4D0002}, kGsiUdpSourcePort, 1);
+  if (build_frame(headers, packet, frame) != EmitError::none) frame.clear();
+  return frame;
 }
 
 // A copy of `input` with the IPv4 header checksum and the ICRC made right for whatever the

@@ -1,5 +1,6 @@
-// libFuzzer target over the whole-frame parser and the ICRC check: see frame_properties.h
-// for what it asserts. Built by tests/fuzz/run-fuzz.sh (clang-14, ASan + UBSan).
+// libFuzzer target over the whole-frame parser, the ICRC check and the GSI endpoint's check:
+// see frame_properties.h for what it asserts. Built by tests/fuzz/run-fuzz.sh (clang-14,
+// ASan + UBSan).
 #include <cstdio>
 #include <cstdlib>
 

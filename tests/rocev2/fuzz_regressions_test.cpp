@@ -36,5 +36,14 @@ TEST_CASE("Fuzz properties hold for every rxe frame (the seed corpus)", "[fuzz][
   }
 }
 
+TEST_CASE("Fuzz properties hold for the GSI seed, and it is a MAD the GSI endpoint takes", "[fuzz][gsi]") {
+  const std::vector<std::uint8_t> frame = gsi_seed_frame();
+  REQUIRE(frame.size() == 322);
+  CHECK(check_frame_and_resealed(frame) == nullptr);
+  rocev2::RoceFrame parsed;
+  REQUIRE(rocev2::parse_frame(frame, parsed).ok());
+  CHECK(rocev2::check_gsi_packet(parsed.packet) == rocev2::GsiDrop::none);
+}
+
 }  // namespace
 }  // namespace rrdma::fuzz

@@ -108,5 +108,40 @@ TEST_CASE("random hostile packets: no crash, no access outside a region, all cou
   for (int n : accepted) CHECK(n > 0);
 }
 
+// QP 0 (SMI) and QP 1 (GSI) are the management QPs: their packets go to the GSI endpoint
+// (rocev2/gsi.h) before the engine, and no application may get their numbers. The engine
+// numbers QPs from 17, as rxe (0x11 in every capture), wraps back to 17, and refuses 0, 1 and
+// the multicast QPN 0xFFFFFF when a caller asks for them.
+TEST_CASE("engine: QP numbers start at 17 and are never 0, 1 or 0xFFFFFF, even when asked for") {
+  PlainMemory memory;
+  RecordingHost host;
+  Engine engine(host, memory, memory);
+  QpInit init;
+  std::vector<std::uint32_t> numbers;
+  for (int round = 0; round < 3; ++round) {
+    for (QpType type : {QpType::Rc, QpType::Uc, QpType::Ud}) {
+      init.type = type;
+      const auto qpn = engine.create_qp(init);
+      REQUIRE(qpn);
+      numbers.push_back(qpn->value());
+    }
+  }
+  CHECK(numbers == std::vector<std::uint32_t>{17, 18, 19, 20, 21, 22, 23, 24, 25});
+  for (std::uint32_t reserved : {0u, 1u, 0xFFFFFFu}) {
+    init.qpn = Qpn(reserved);
+    CHECK_FALSE(engine.create_qp(init));
+  }
+  init.qpn = Qpn(2);  // the first a caller may choose
+  CHECK(engine.create_qp(init));
+  // A packet for QP 1 that reached the engine anyway is not for any of its QPs.
+  TransportPacket p;
+  p.bth.opcode = Opcode::UdSendOnly;
+  p.bth.dest_qp = Qpn(1);
+  p.deth = Deth{Qkey(0x80010000), Qpn(1)};
+  engine.receive(p, PacketSource{}, Instant{});
+  CHECK(engine.counters().unknown_qpn == 1);
+  CHECK(host.sent.empty());
+}
+
 }  // namespace
 }  // namespace rrdma::test

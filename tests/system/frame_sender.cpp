@@ -1,6 +1,8 @@
 // rrdma_frame_sender: sends malformed Ethernet frames of one kind, N times, from an
 // interface to a MAC, through an AF_PACKET socket. The system tests use it to check that
-// the vnic counts and drops hostile input and keeps answering afterwards.
+// the vnic counts and drops hostile input and keeps answering afterwards. The gsi_* kinds
+// and smi_mad are RoCE v2 frames to QP 1 and 0 (no program can make the vnic's peers send
+// MADs before the CM exists): one well-formed MAD, and MADs with one thing wrong.
 //
 //   rrdma_frame_sender --ifname IF --dst-mac MAC --src-ip A --dst-ip B --kind KIND
 //                      [--count N] [--seed S]
@@ -29,7 +31,10 @@
 #include <string>
 #include <vector>
 
+#include "rocev2/encap.h"
+#include "rocev2/gsi.h"
 #include "stack/bytes.h"
+#include "tests/sample_mad.h"
 
 namespace {
 
@@ -173,6 +178,23 @@ rrdma::MutableByteSpan l4_of(Frame& f) {
   return {f.data() + kEthernetHeader + kIpv4Header, f.size() - kEthernetHeader - kIpv4Header};
 }
 
+// A CM REQ's MAD header and counting bytes (tests/sample_mad.h), from QP 1 to `dest_qp` with
+// `qkey`, through the one frame path (rocev2::build_frame): the ICRC is right, so only the
+// GSI endpoint can object.
+Frame mad_frame(const Options& o, rrdma::rocev2::Qpn dest_qp, rrdma::rocev2::Qkey qkey) {
+  using namespace rrdma::rocev2;
+  const auto mad = rrdma::test::sample_mad();
+  TransportPacket packet = gsi_packet(Psn(0), mad);
+  packet.bth.dest_qp = dest_qp;
+  packet.deth->qkey = qkey;
+  const RoceHeaders headers = roce_headers(rrdma::stack::MacAddress{o.src_mac}, rrdma::stack::MacAddress{o.dst_mac},
+                                           rrdma::stack::Ipv4Address{o.src_ip}, rrdma::stack::Ipv4Address{o.dst_ip},
+                                           kGsiUdpSourcePort, 0x5252);
+  Frame f(frame_length(packet));
+  if (build_frame(headers, packet, f) != EmitError::none) f.clear();
+  return f;
+}
+
 using KindBuilder = std::function<Frame(const FrameBuilder&, const Options&, std::mt19937&)>;
 
 // Each kind breaks exactly one rule, so exactly one drop counter should grow.
@@ -314,6 +336,18 @@ const std::map<std::string, KindBuilder>& kinds() {
          Frame f = b.ethernet(kEthertypeIpv4, rng() % 100, o.dst_mac);
          for (std::size_t i = kEthernetHeader; i < f.size(); ++i) f[i] = static_cast<std::uint8_t>(rng());
          return f;
+       }},
+      {"gsi_mad",  // a well-formed MAD to QP 1
+       [](const FrameBuilder&, const Options& o, std::mt19937&) {
+         return mad_frame(o, rrdma::rocev2::kGsiQpn, rrdma::rocev2::kGsiQkey);
+       }},
+      {"gsi_bad_qkey",  // to QP 1 with an application's Q_Key
+       [](const FrameBuilder&, const Options& o, std::mt19937&) {
+         return mad_frame(o, rrdma::rocev2::kGsiQpn, rrdma::rocev2::Qkey(0x11111111));
+       }},
+      {"smi_mad",  // to QP 0: RoCE has no subnet management interface
+       [](const FrameBuilder&, const Options& o, std::mt19937&) {
+         return mad_frame(o, rrdma::rocev2::kSmiQpn, rrdma::rocev2::kGsiQkey);
        }},
       {"garbage",  // our MAC, then 0..199 random bytes, ethertype included
        [](const FrameBuilder& b, const Options& o, std::mt19937& rng) {

@@ -583,6 +583,20 @@ TEST_CASE("nic: a QP with the largest SGE count and inline size the device repor
   CHECK(qp->qpn != 0);
 }
 
+// QP 0 and 1 belong to the vnic (subnet management, which RoCE lacks, and the GSI endpoint
+// of rocev2/gsi.h): an application's QPs, of every type, are numbered from 17, as rxe's.
+TEST_CASE("nic: applications get QP numbers from 17, never the management QPs 0 and 1") {
+  Side side{kIpA, 1};
+  const Device d = open_device(side.user);
+  std::vector<std::uint32_t> numbers;
+  std::vector<std::unique_ptr<TestQp>> qps;
+  for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_QPT_RC}) {
+    qps.push_back(create_qp(side.user, d, type));
+    numbers.push_back(qps.back()->qpn);
+  }
+  CHECK(numbers == std::vector<std::uint32_t>{17, 18, 19, 20});
+}
+
 TEST_CASE("nic: query_device, query_port and query_gid report device_caps.h") {
   Side side{kIpA, 1};
   const Device d = open_device(side.user);

@@ -1,13 +1,23 @@
 // The pure parts of `rrdma-vnic capture`, `stats` and `trace`: the capture record framing
 // (hostile input on the CLI's side), AETH syndromes, the RoCE counters, the trace filter
-// a client sends (hostile input on the daemon's side), rendering, and frame decoding.
+// a client sends (hostile input on the daemon's side), rendering, and frame decoding; the
+// GSI endpoint's trace lines through the daemon's Telemetry, over a socketpair.
 #include <catch2/catch.hpp>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <array>
+#include <string>
 #include <vector>
 
+#include "rocev2/encap.h"
+#include "rocev2/gsi.h"
+#include "tests/sample_mad.h"
 #include "vnic/capture.h"
+#include "vnic/event_loop.h"
 #include "vnic/roce_stats.h"
+#include "vnic/telemetry.h"
 #include "vnic/trace.h"
 
 using namespace rrdma;
@@ -191,4 +201,95 @@ TEST_CASE("frames are described layer by layer, and hostile ones stop where they
   }
   CHECK(saw_udp);
   CHECK(refused);
+}
+
+namespace {
+
+// The daemon's observers (Telemetry: the RoCE port's, the GSI endpoint's, the stack's) with
+// a trace session on one end of a socketpair; the test reads the other end.
+struct TraceScene {
+  TraceScene() {
+    REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) == 0);
+    telemetry.start_trace(fds[0], {{"cmd", "trace"}});
+    CHECK(next().find("tracing") != std::string::npos);
+  }
+  ~TraceScene() { ::close(fds[1]); }
+  // The next message, or "" if none is waiting.
+  std::string next() {
+    char buffer[8192];
+    const ssize_t got = ::recv(fds[1], buffer, sizeof(buffer), MSG_DONTWAIT);
+    return got > 0 ? std::string(buffer, static_cast<std::size_t>(got)) : std::string();
+  }
+  // What the open event holds: another event (an ARP note) makes the tracer send it.
+  std::string finish_event() {
+    telemetry.arp_failed(stack::Ipv4Address{1}, 0);
+    std::string event = next();
+    next();  // the note itself
+    return event;
+  }
+  EventLoop loop{EventLoopConfig{}};
+  FrameCapture capture{loop, [] { return FrameTotals{}; }};
+  Telemetry telemetry{loop, capture};
+  int fds[2] = {-1, -1};
+};
+
+std::vector<std::uint8_t> gsi_frame(const rocev2::TransportPacket& packet) {
+  std::vector<std::uint8_t> frame(rocev2::frame_length(packet));
+  const stack::MacAddress from{{2, 0, 0, 0, 0, 1}}, to{{2, 0, 0, 0, 0, 2}};
+  const auto headers = rocev2::roce_headers(from, to, stack::Ipv4Address{0x0A000001}, stack::Ipv4Address{0x0A000002},
+                                            rocev2::kGsiUdpSourcePort, 1);
+  REQUIRE(rocev2::build_frame(headers, packet, frame) == rocev2::EmitError::none);
+  return frame;
+}
+
+}  // namespace
+
+TEST_CASE("trace: a MAD for QP 1 has a gsi line with its class and attribute, a dropped one its reason") {
+  TraceScene scene;
+  const auto mad = test::sample_mad(0x0010);
+  const rocev2::TransportPacket packet = rocev2::gsi_packet(rocev2::Psn(5), mad);
+  const std::vector<std::uint8_t> frame = gsi_frame(packet);
+
+  // Received: the frame's layers, then what the endpoint did.
+  scene.capture.on_frame(ByteSpan(frame), FrameDirection::Received);
+  scene.telemetry.on_transport(false, packet, rocev2::kGsiQpn, stack::Ipv4Address{0x0A000001});
+  scene.telemetry.on_gsi_received(packet, rocev2::GsiDrop::none);
+  std::string text = scene.finish_event();
+  INFO(text);
+  CHECK(text.find("rx frame 322 bytes") != std::string::npos);
+  CHECK(text.find("  roce  UD SEND_ONLY qp 0x000001 psn 5") != std::string::npos);
+  const std::string header = "MAD base 1 class 0x07 version 2 method 0x03 attribute 0x0010";
+  CHECK(text.find("\n  gsi   to the GSI endpoint: " + header + "\n") != std::string::npos);
+
+  // Dropped: the reason instead of the header.
+  rocev2::TransportPacket spoilt = packet;
+  spoilt.deth->qkey = rocev2::Qkey(0x11111111);
+  const std::vector<std::uint8_t> spoilt_frame = gsi_frame(spoilt);
+  scene.capture.on_frame(ByteSpan(spoilt_frame), FrameDirection::Received);
+  scene.telemetry.on_gsi_received(spoilt, rocev2::GsiDrop::bad_qkey);
+  text = scene.finish_event();
+  CHECK(text.find("\n  gsi   dropped by the GSI endpoint: bad_qkey\n") != std::string::npos);
+
+  // Sent: the RoCE port saw the packet, the frame left, then the endpoint's line.
+  scene.telemetry.on_transport(true, packet, rocev2::kGsiQpn, stack::Ipv4Address{0x0A000002});
+  scene.capture.on_frame(ByteSpan(frame), FrameDirection::Sent);
+  scene.telemetry.on_gsi_sent(packet, true);
+  text = scene.finish_event();
+  CHECK(text.find("tx frame 322 bytes") != std::string::npos);
+  CHECK(text.find("\n  gsi   sent by the GSI endpoint: " + header + "\n") != std::string::npos);
+
+  // Sent while ARP resolves: no frame yet, so an event of its own that says so.
+  scene.telemetry.on_transport(true, packet, rocev2::kGsiQpn, stack::Ipv4Address{0x0A000002});
+  scene.telemetry.on_gsi_sent(packet, true);
+  text = scene.next();
+  CHECK(text.find("sent by the GSI endpoint: " + header + ", waiting for ARP") != std::string::npos);
+}
+
+TEST_CASE("trace: the gsi layer is one a client may ask for") {
+  std::string error;
+  const auto filter = parse_trace_filter({{"cmd", "trace"}, {"layers", nlohmann::json::array({"gsi"})}}, error);
+  REQUIRE(filter);
+  CHECK(filter->layers == (1u << static_cast<unsigned>(TraceLayer::Gsi)));
+  CHECK(trace_layer_from("gsi") == TraceLayer::Gsi);
+  CHECK(to_string(TraceLayer::Gsi) == "gsi");
 }

@@ -1,14 +1,20 @@
 // The RoCE v2 glue over the real stack: two vnics' Interfaces wired frame to frame (ARP,
 // IPv4, UDP, ICRC all real), each with its RocePort and Nic, and a test client on each.
 // What only this level shows: the PadCnt and ICRC of odd-sized packets, the UDP source port
-// of a connected QP, and that a corrupted frame is counted and dropped.
+// of a connected QP, that a corrupted frame is counted and dropped, and that packets for QP 0
+// and 1 go to the GSI endpoint (rocev2/gsi.h) and never to the Nic, while the endpoint's MADs
+// leave through the same frame path.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <deque>
+#include <optional>
 #include <numeric>
 
 #include "rocev2/encap.h"
+#include "rocev2/gsi.h"
 #include "stack/interface.h"
+#include "tests/sample_mad.h"
 #include "tests/verbs/nic_client.h"
 #include "vnic/roce_port.h"
 
@@ -37,6 +43,27 @@ stack::InterfaceConfig interface_config(std::uint32_t ip, std::uint8_t mac_byte)
   return config;
 }
 
+// What a GSI handler (the CM, later) is given, kept beyond the call.
+struct ReceivedMad {
+  stack::Ipv4Address source;
+  std::uint16_t udp_source_port;
+  rocev2::Qpn source_qp;
+  std::vector<std::uint8_t> mad;
+};
+
+// Keeps every MAD; when `answer` is set, sends it back to the sender through `endpoint` from
+// inside the call, as the CM will answer a REQ.
+class RecordingMadHandler final : public rocev2::MadHandler {
+ public:
+  std::vector<ReceivedMad> mads;
+  rocev2::GsiEndpoint* endpoint = nullptr;
+  std::optional<std::array<std::uint8_t, rocev2::kMadLength>> answer;
+  void on_mad(const rocev2::ReceivedMad& m, Instant now) override {
+    mads.push_back({m.source, m.udp_source_port, m.source_qp, {m.mad.begin(), m.mad.end()}});
+    if (answer && endpoint) endpoint->send(m.source, *answer, now);
+  }
+};
+
 struct Vnic {
   Vnic(std::uint32_t ip, std::uint8_t mac_byte)
       : interface(interface_config(ip, mac_byte), sink),
@@ -44,14 +71,22 @@ struct Vnic {
         nic(verbs::NicConfig{stack::Ipv4Address{ip}, stack::MacAddress{{2, 0, 0, 0, 0, mac_byte}}, 1500, true, {}, {}}, port,
             watcher) {
     port.attach(&nic);
+    gsi.set_handler(&mads);
+    mads.endpoint = &gsi;
+    port.attach_gsi(&gsi);
   }
-  ~Vnic() { port.attach(nullptr); }
+  ~Vnic() {
+    port.attach(nullptr);
+    port.attach_gsi(nullptr);
+  }
   QueueSink sink;
   stack::Interface interface;
   RocePort port;
   FakeWatcher watcher;
   Nic nic;
   TestClient user{nic};
+  RecordingMadHandler mads;
+  rocev2::GsiEndpoint gsi{port};
 };
 
 // Carries frames both ways (through `tamper` first) until nothing moves.
@@ -195,6 +230,137 @@ TEST_CASE("roce port: a corrupted frame is counted as a bad ICRC and dropped and
   const auto cqes = s.qa->poll();
   REQUIRE(cqes.size() == 1);
   CHECK(cqes[0].status == IBV_WC_SUCCESS);
+}
+
+// The MACs Vnic(kIpA, 1) and Vnic(kIpB, 2) get.
+const stack::MacAddress kMacA{{2, 0, 0, 0, 0, 1}};
+const stack::MacAddress kMacB{{2, 0, 0, 0, 0, 2}};
+
+using test::sample_mad;
+
+bool is_roce(const std::vector<std::uint8_t>& frame) {
+  rocev2::RoceFrame parsed;
+  return rocev2::parse_frame(ByteSpan(frame.data(), frame.size()), parsed).ok();
+}
+
+TEST_CASE("roce port: a MAD from QP 1 goes out after ARP as rxe's UD SEND ONLY to QP 1 and reaches the peer's handler, not its Nic") {
+  Vnic a(kIpA, 1), b(kIpB, 2);
+  const auto mad = sample_mad(0x0010, 7);
+  REQUIRE(a.gsi.send(stack::Ipv4Address{kIpB}, mad, kNow));  // waits for ARP
+  CHECK(a.port.counters().tx_arp_pending == 1);
+  std::vector<std::vector<std::uint8_t>> roce;
+  exchange(a, b, [&](std::vector<std::uint8_t>& frame) {
+    if (is_roce(frame)) roce.push_back(frame);
+  });
+  REQUIRE(roce.size() == 1);
+  const std::vector<std::uint8_t>& frame = roce[0];
+  REQUIRE(frame.size() == 322);  // Ethernet 14, IPv4 20, UDP 8, BTH 12, DETH 8, MAD 256, ICRC 4
+
+  // The wire bytes themselves, at their offsets (IBA 9.2 BTH, 9.3.3 DETH):
+  const auto bytes_at = [&](std::size_t at, std::size_t n) {
+    return std::vector<std::uint8_t>(frame.begin() + static_cast<std::ptrdiff_t>(at),
+                                     frame.begin() + static_cast<std::ptrdiff_t>(at + n));
+  };
+  CHECK(bytes_at(34, 4) == std::vector<std::uint8_t>{0xD8, 0x72, 0x12, 0xB7});  // UDP 55410 > 4791
+  CHECK(bytes_at(40, 2) == std::vector<std::uint8_t>{0x00, 0x00});              // UDP checksum 0
+  CHECK(bytes_at(42, 12) == std::vector<std::uint8_t>{0x64, 0x00, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x01,
+                                                      0x80, 0x00, 0x00, 0x00});  // UD SEND ONLY, QP 1, A, PSN 0
+  CHECK(bytes_at(54, 8) == std::vector<std::uint8_t>{0x80, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01});
+  CHECK(bytes_at(62, 256) == std::vector<std::uint8_t>(mad.begin(), mad.end()));
+
+  // And the whole frame, rebuilt from values written here (not taken from the endpoint), with
+  // the stack's IPv4 identification: byte for byte, ICRC included.
+  rocev2::RoceFrame parsed;
+  REQUIRE(rocev2::parse_frame(ByteSpan(frame.data(), frame.size()), parsed).ok());
+  rocev2::TransportPacket expected;
+  expected.bth.opcode = rocev2::Opcode::UdSendOnly;
+  expected.bth.pkey = rocev2::Pkey(0xFFFF);
+  expected.bth.dest_qp = rocev2::Qpn(1);
+  expected.bth.ack_req = true;
+  expected.bth.psn = rocev2::Psn(0);
+  expected.deth = rocev2::Deth{rocev2::Qkey(0x80010000), rocev2::Qpn(1)};
+  expected.payload = mad;
+  std::vector<std::uint8_t> rebuilt(frame.size());
+  const auto headers = rocev2::roce_headers(kMacA, kMacB, stack::Ipv4Address{kIpA}, stack::Ipv4Address{kIpB}, 55410,
+                                            parsed.headers.ipv4.identification);
+  REQUIRE(rocev2::build_frame(headers, expected, rebuilt) == rocev2::EmitError::none);
+  CHECK(rebuilt == frame);
+
+  REQUIRE(b.mads.mads.size() == 1);
+  CHECK(b.mads.mads[0].source == stack::Ipv4Address{kIpA});
+  CHECK(b.mads.mads[0].udp_source_port == 55410);
+  CHECK(b.mads.mads[0].source_qp == rocev2::Qpn(1));
+  CHECK(b.mads.mads[0].mad == std::vector<std::uint8_t>(mad.begin(), mad.end()));
+  CHECK(b.gsi.counters().rx_mads == 1);
+  CHECK(b.port.counters().rx_bad_icrc == 0);
+  CHECK(b.nic.engine_counters().packets_received == 0);
+  CHECK(a.gsi.counters().tx_mads == 1);
+  CHECK(a.gsi.next_psn() == rocev2::Psn(1));
+}
+
+TEST_CASE("roce port: a handler answers from inside the call, and each side's QP 1 counts its own PSNs") {
+  Vnic a(kIpA, 1), b(kIpB, 2);
+  b.mads.answer = sample_mad(0x0013, 100);  // a REP for the REQ
+  REQUIRE(a.gsi.send(stack::Ipv4Address{kIpB}, sample_mad(0x0010, 1), kNow));
+  exchange(a, b);
+  REQUIRE(a.gsi.send(stack::Ipv4Address{kIpB}, sample_mad(0x0010, 2), kNow));
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> psns;  // (source IPv4, PSN)
+  exchange(a, b, [&](std::vector<std::uint8_t>& frame) {
+    rocev2::RoceFrame parsed;
+    if (rocev2::parse_frame(ByteSpan(frame.data(), frame.size()), parsed).ok())
+      psns.emplace_back(parsed.headers.ipv4.source.value, parsed.packet.bth.psn.value());
+  });
+  CHECK(psns == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{kIpA, 1}, {kIpB, 1}});
+  REQUIRE(a.mads.mads.size() == 2);
+  CHECK(a.mads.mads[1].source == stack::Ipv4Address{kIpB});
+  CHECK(a.mads.mads[1].mad[17] == 0x13);
+  CHECK(b.mads.mads.size() == 2);
+  CHECK(a.gsi.next_psn() == rocev2::Psn(2));
+  CHECK(b.gsi.next_psn() == rocev2::Psn(2));
+}
+
+TEST_CASE("roce port: packets for QP 0, bad GSI packets and a bad ICRC are counted and dropped before the Nic") {
+  Vnic b(kIpB, 2);
+  const auto mad = sample_mad(0x0010, 0);
+  const auto headers =
+      rocev2::roce_headers(kMacA, kMacB, stack::Ipv4Address{kIpA}, stack::Ipv4Address{kIpB}, 55410, 1);
+  const auto deliver = [&](const rocev2::TransportPacket& packet, bool corrupt = false) {
+    std::vector<std::uint8_t> frame(rocev2::frame_length(packet));
+    REQUIRE(rocev2::build_frame(headers, packet, frame) == rocev2::EmitError::none);
+    if (corrupt) frame[100] ^= 0x01;
+    b.interface.receive_frame(ByteSpan(frame.data(), frame.size()), kNow);
+  };
+  const rocev2::TransportPacket good = rocev2::gsi_packet(rocev2::Psn(0), mad);
+  rocev2::TransportPacket p = good;
+  p.bth.dest_qp = rocev2::kSmiQpn;
+  deliver(p);
+  p = good;
+  p.deth->qkey = rocev2::Qkey(0x11111111);
+  deliver(p);
+  p = good;
+  p.bth.pkey = rocev2::Pkey(0x1234);
+  deliver(p);
+  p = good;
+  p.bth.opcode = rocev2::Opcode::RcSendOnly;
+  p.deth.reset();
+  deliver(p);
+  p = good;
+  p.payload = p.payload.first(200);
+  deliver(p);
+  deliver(good, true);
+  const rocev2::GsiCounters& c = b.gsi.counters();
+  CHECK(c.rx_packets == 5);
+  CHECK(c.dropped(rocev2::GsiDrop::smi_qp) == 1);
+  CHECK(c.dropped(rocev2::GsiDrop::bad_qkey) == 1);
+  CHECK(c.dropped(rocev2::GsiDrop::bad_pkey) == 1);
+  CHECK(c.dropped(rocev2::GsiDrop::bad_opcode) == 1);
+  CHECK(c.dropped(rocev2::GsiDrop::short_mad) == 1);
+  CHECK(b.port.counters().rx_bad_icrc == 1);
+  CHECK(b.mads.mads.empty());
+  CHECK(b.nic.engine_counters().packets_received == 0);
+  CHECK(b.nic.engine_counters().unknown_qpn == 0);
+  deliver(good);
+  CHECK(b.mads.mads.size() == 1);
 }
 
 }  // namespace
