@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cstdio>
+
+#include "rocev2/text.h"
 
 namespace rrdma::rocev2 {
 
@@ -239,14 +240,6 @@ EmitError emit_transport(const TransportPacket& p, MutableByteSpan out) {
 }
 
 namespace {
-
-// printf-style appending: <format> is not in g++ 12's library.
-template <typename... Args>
-void append(std::string& out, const char* format, Args... args) {
-  char buf[96];
-  const int n = std::snprintf(buf, sizeof buf, format, args...);
-  if (n > 0) out.append(buf, std::min(static_cast<std::size_t>(n), sizeof buf - 1));
-}
 
 void describe_bth(std::string& out, const Bth& b) {
   out.append(opcode_info(b.opcode).name);

@@ -31,6 +31,15 @@ constexpr std::uint64_t load_be64(ByteSpan b, std::size_t at) {
   return (std::uint64_t{load_be32(b, at)} << 32) | load_be32(b, at + 4);
 }
 
+// The big-endian number in the `n` bytes (1 to 8) at `at`: for fields of widths the fixed-size
+// loads above do not cover (a 20-bit flow label spread over three bytes, say).
+constexpr std::uint64_t load_be(ByteSpan b, std::size_t at, std::size_t n) {
+  assert(n >= 1 && n <= 8 && at + n <= b.size());
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < n; ++i) v = (v << 8) | b[at + i];
+  return v;
+}
+
 constexpr void store_be16(MutableByteSpan b, std::size_t at, std::uint16_t v) {
   assert(at + 2 <= b.size());
   b[at] = static_cast<std::uint8_t>(v >> 8);
@@ -52,6 +61,12 @@ constexpr void store_be32(MutableByteSpan b, std::size_t at, std::uint32_t v) {
 constexpr void store_be64(MutableByteSpan b, std::size_t at, std::uint64_t v) {
   store_be32(b, at, static_cast<std::uint32_t>(v >> 32));
   store_be32(b, at + 4, static_cast<std::uint32_t>(v));
+}
+
+// The low 8n bits of `v` as `n` bytes (1 to 8), big-endian, at `at`.
+constexpr void store_be(MutableByteSpan b, std::size_t at, std::size_t n, std::uint64_t v) {
+  assert(n >= 1 && n <= 8 && at + n <= b.size());
+  for (std::size_t i = n; i-- > 0; v >>= 8) b[at + i] = static_cast<std::uint8_t>(v);
 }
 
 }  // namespace rrdma
