@@ -90,10 +90,11 @@ std::uint64_t ConnectionManager::own_tid(const Connection& c) const {
 // Cyclic from a random start, skipping 0 and IDs in use (timewait included), so that an ID
 // is unique for this GUID for as long as a peer may still hold it (cm_alloc_id_priv).
 std::optional<CommId> ConnectionManager::allocate_comm_id() {
-  for (std::size_t tries = 0; tries <= connections_.size(); ++tries) {
+  // Among connections_.size() + 2 consecutive values at least one is neither 0 nor in use,
+  // unless all 2^32 - 1 are taken.
+  for (std::size_t tries = 0; tries < connections_.size() + 2; ++tries) {
     const std::uint32_t id = next_comm_id_++;
     if (id != 0 && !connections_.contains(id)) return CommId{id};
-    if (id == 0) ++tries;  // 0 does not count against the IDs in use
   }
   return std::nullopt;
 }
@@ -370,8 +371,12 @@ void ConnectionManager::on_rtu(const Rtu& rtu, Instant) {
 // cm_dreq_handler.
 void ConnectionManager::on_dreq(stack::Ipv4Address source, const CmMessage& m, const Dreq& dreq, Instant now) {
   Connection* c = match(dreq.remote_comm_id, dreq.local_comm_id);
-  if (c == nullptr) {
+  if (c == nullptr) {  // cm_issue_drep: timewait is over here, the peer still waits for a DREP
     ++counters_.rx_unmatched;
+    send_once(source,
+              CmMessage{.transaction_id = m.transaction_id,
+                        .body = Drep{.local_comm_id = dreq.remote_comm_id, .remote_comm_id = dreq.local_comm_id}},
+              now);
     return;
   }
   if (dreq.remote_qpn_eecn != c->local_qpn) {
