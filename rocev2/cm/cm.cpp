@@ -117,6 +117,16 @@ ConnectionManager::Connection* ConnectionManager::find_remote(CommId remote_id, 
   return nullptr;
 }
 
+ConnectionManager::Connection* ConnectionManager::find_live_peer_qp(Qpn qpn, std::uint64_t guid) {
+  for (auto& [id, c] : connections_) {
+    const bool peer_known = req_received(c.state) || rep_received(c.state) || waiting_for_rtu(c.state) ||
+                            c.state == CmState::Established || c.state == CmState::DreqSent ||
+                            c.state == CmState::DreqRcvd;
+    if (peer_known && c.remote_qpn == qpn && c.remote_ca_guid == guid) return &c;
+  }
+  return nullptr;
+}
+
 // cm_acquire_id(local_id, remote_id): by comm IDs, never by TID.
 ConnectionManager::Connection* ConnectionManager::match(CommId our_id, std::optional<CommId> their_id) {
   Connection* c = find(our_id);
@@ -225,6 +235,14 @@ void ConnectionManager::on_req(stack::Ipv4Address source, const CmMessage& m, co
     issue_rej(source, m, req.local_comm_id, RejectReason::InvalidTransportType, MessageRejected::Req, now);
     return;
   }
+  // cm_match_req: a REQ from a QP that a live connection already has as its peer means the
+  // peer lost that connection (a restart reusing the QPN): refuse the REQ as stale, and
+  // disconnect the old connection.
+  if (Connection* old = find_live_peer_qp(req.local_qpn, req.local_ca_guid)) {
+    issue_rej(source, m, req.local_comm_id, RejectReason::StaleConnection, MessageRejected::Req, now);
+    if (old->state == CmState::Established) disconnect(old->local_id, {}, now);  // ib_send_cm_dreq
+    return;
+  }
   if (!listeners_.contains(req.service_id)) {  // cm_match_req: no listener
     issue_rej(source, m, req.local_comm_id, RejectReason::InvalidServiceId, MessageRejected::Req, now);
     return;
@@ -287,7 +305,14 @@ void ConnectionManager::on_mra(const Mra& mra, Instant now) {
 
 // cm_rej_handler.
 void ConnectionManager::on_rej(const Rej& rej, Instant now) {
-  Connection* c = match(rej.remote_comm_id, std::nullopt);
+  // cm_acquire_rejected_id: an active side that gives up in REQ_SENT does not know our comm
+  // ID; its REJ 4 names it by its own comm ID and, in the ARI, its CA GUID.
+  Connection* c = nullptr;
+  if (rej.reason == RejectReason::Timeout && rej.ari.bytes.size() >= 8) {
+    c = find_remote(rej.local_comm_id, load_be64(rej.ari.bytes, 0));
+  } else {
+    c = match(rej.remote_comm_id, std::nullopt);
+  }
   if (c == nullptr) {
     ++counters_.rx_unmatched;
     return;
@@ -575,6 +600,8 @@ CmResult ConnectionManager::disconnect(ConnectionId id, ByteSpan private_data, I
 CmResult ConnectionManager::destroy(ConnectionId id, Instant now) {
   Connection* c = find(id);
   if (c == nullptr || c->destroyed) return CmResult::no_such_connection;
+  std::array<std::uint8_t, 8> guid{};
+  for (std::size_t i = 0; i < guid.size(); ++i) guid[i] = static_cast<std::uint8_t>(config_.local_ca_guid >> (56 - 8 * i));
   const auto rej = [&](RejectReason reason) {
     send_once(c->peer,
               CmMessage{.transaction_id = c->req_tid,
@@ -582,7 +609,9 @@ CmResult ConnectionManager::destroy(ConnectionId id, Instant now) {
                                     .remote_comm_id = c->remote_id,
                                     .message_rejected = c->active && rep_received(c->state) ? MessageRejected::Rep
                                                                                              : MessageRejected::Req,
-                                    .reason = reason}},
+                                    .reason = reason,
+                                    // REJ 4 from REQ_SENT: the node GUID, big-endian (cm_destroy_id)
+                                    .ari = OpaqueBytes{reason == RejectReason::Timeout ? ByteSpan{guid} : ByteSpan{}}}},
               now);
   };
   c->destroyed = true;

@@ -6,9 +6,9 @@
 // CmEventSink, which the daemon will turn into rdma_cm events). No clock is read and nothing
 // is sent directly: timers are "call me again at" deadlines (next_deadline, advance).
 //
-// RC connections only, for now: SIDR (UD), LAP/APR and the stale-QPN check of a new REQ are
-// not done (docs/RDMA_CM.md, "The connection manager"). The private data is opaque here: the
-// CMA header inside it belongs to the rdma_cm layer above (cma.h).
+// RC connections only, for now: SIDR (UD) and LAP/APR are not done (docs/RDMA_CM.md, "The
+// connection manager"). The private data is opaque here: the CMA header inside it belongs to
+// the rdma_cm layer above (cma.h).
 #pragma once
 
 #include <array>
@@ -266,6 +266,8 @@ class ConnectionManager final : public MadHandler {
   Connection* find(ConnectionId c);
   const Connection* find(ConnectionId c) const;
   Connection* find_remote(CommId remote_id, std::uint64_t remote_ca_guid);
+  // A connection whose peer QP (QPN, CA GUID) is known and not yet in timewait.
+  Connection* find_live_peer_qp(Qpn qpn, std::uint64_t guid);
   // The connection a reply is for: its remote comm ID field names us, and, when the message
   // says who sent it (`local`, non-zero), that is our peer.
   Connection* match(CommId our_id, std::optional<CommId> their_id);

@@ -674,5 +674,53 @@ TEST_CASE("cm: comm IDs count up from a random start, cyclic, skipping 0 and IDs
   CHECK(a.connection_count() == 2);
 }
 
+TEST_CASE("cm: a REQ from a QP that a live connection has as its peer gets REJ 10, the old connection a DREQ", "[cm]") {
+  Recorder wire;
+  ConnectionManager b(config(kGuidA, kAddressA, 7), wire, wire);
+  REQUIRE(b.listen(kService) == CmResult::ok);
+  b.receive(kAddressB, peer_req(), at_ms(0));
+  const ConnectionId cb = wire.events.at(0).connection;
+  REQUIRE(b.accept(cb, accept_params_b(), at_ms(1)) == CmResult::ok);
+  b.receive(kAddressB, CmMessage{.body = Rtu{.local_comm_id = CommId{0x5000}, .remote_comm_id = cb}}, at_ms(2));
+  REQUIRE(b.state(cb) == CmState::Established);
+  // The peer restarted: a new comm ID, the same QPN and GUID.
+  CmMessage again = peer_req(0x77);
+  std::get<Req>(again.body).local_comm_id = CommId{0x6000};
+  wire.sent.clear();
+  b.receive(kAddressB, again, at_ms(3));
+  REQUIRE(wire.sent.size() == 2);
+  const CmMessage rej = wire.sent[0].parsed();
+  CHECK(std::get<Rej>(rej.body).reason == RejectReason::StaleConnection);
+  CHECK(std::get<Rej>(rej.body).remote_comm_id == CommId{0x6000});
+  CHECK(rej.transaction_id == 0x77);
+  const CmMessage dreq = wire.sent[1].parsed();
+  CHECK(std::get<Dreq>(dreq.body).remote_comm_id == CommId{0x5000});
+  CHECK(std::get<Dreq>(dreq.body).remote_qpn_eecn == Qpn{0x33});
+  CHECK(b.state(cb) == CmState::DreqSent);
+  CHECK(b.connection_count() == 1);
+  CHECK(wire.events.size() == 2);  // CONNECT_REQUEST, ESTABLISHED: none for the stale REQ
+}
+
+TEST_CASE("cm: an active side destroyed in REQ_SENT sends REJ 4 with its GUID, the passive side finds it by that", "[cm]") {
+  Pair p(9, 0, false);
+  REQUIRE(p.b().listen(kService) == CmResult::ok);
+  ConnectionId ca;
+  REQUIRE(p.a().connect(connect_params(), p.now(), ca) == CmResult::ok);
+  REQUIRE(p.run_until([&] { return has(p.wire_b, CmEventType::ConnectRequest); }, at_ms(100)));
+  const ConnectionId cb = p.wire_b.events.at(0).connection;
+  REQUIRE(p.a().destroy(ca, p.now()) == CmResult::ok);
+  CHECK(p.a().connection_count() == 0);
+  const CmMessage rej = p.wire_a.sent.back().parsed();
+  CHECK(std::get<Rej>(rej.body).reason == RejectReason::Timeout);
+  CHECK(std::get<Rej>(rej.body).remote_comm_id == CommId{0});  // it never learnt ours
+  REQUIRE(std::get<Rej>(rej.body).ari.bytes.size() == 8);
+  CHECK(std::get<Rej>(rej.body).ari.bytes[7] == 0x01);
+  REQUIRE(p.run_until([&] { return has(p.wire_b, CmEventType::Rejected); }, at_ms(100)));
+  CHECK(p.wire_b.events.back().reason == RejectReason::Timeout);
+  CHECK(p.b().state(cb) == CmState::Idle);
+  CHECK(!p.b().next_deadline());
+  CHECK(p.wire_a.events.empty());  // destroyed: no events
+}
+
 }  // namespace
 }  // namespace rrdma::rocev2::cm
