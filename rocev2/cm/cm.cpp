@@ -659,6 +659,17 @@ CmResult ConnectionManager::destroy(ConnectionId id, Instant now) {
   return CmResult::ok;
 }
 
+// ib_cm_notify(IB_EVENT_COMM_EST): in REP_SENT as good as the RTU; elsewhere nothing to do.
+CmResult ConnectionManager::notify_communication_established(ConnectionId id, Instant) {
+  Connection* c = find(id);
+  if (c == nullptr) return CmResult::no_such_connection;
+  if (!waiting_for_rtu(c->state)) return c->state == CmState::Established ? CmResult::ok : CmResult::invalid_state;
+  c->state = CmState::Established;
+  c->deadline.reset();
+  emit_event(*c, CmEvent{.type = CmEventType::Established});
+  return CmResult::ok;
+}
+
 // --- Time ----------------------------------------------------------------------------------------
 
 std::optional<Instant> ConnectionManager::next_deadline() const {

@@ -216,6 +216,10 @@ class ConnectionManager final : public MadHandler {
   // timewait ends.
   CmResult destroy(ConnectionId c, Instant now);
 
+  // The QP of a connection in REP_SENT received its first packet before the RTU did (the
+  // IBV_EVENT_COMM_EST that ib_cm_notify turns into ESTABLISHED): the RTU was lost or is late.
+  CmResult notify_communication_established(ConnectionId c, Instant now);
+
   // --- time
   std::optional<Instant> next_deadline() const;
   void advance(Instant now);

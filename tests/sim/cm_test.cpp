@@ -722,5 +722,69 @@ TEST_CASE("cm: an active side destroyed in REQ_SENT sends REJ 4 with its GUID, t
   CHECK(p.wire_a.events.empty());  // destroyed: no events
 }
 
+TEST_CASE("cm: the first packet before the RTU (COMM_EST) establishes the passive side", "[cm]") {
+  Recorder wire;
+  ConnectionManager b(config(kGuidA, kAddressA, 7), wire, wire);
+  REQUIRE(b.listen(kService) == CmResult::ok);
+  b.receive(kAddressB, peer_req(), at_ms(0));
+  const ConnectionId cb = wire.events.at(0).connection;
+  CHECK(b.notify_communication_established(cb, at_ms(1)) == CmResult::invalid_state);  // no REP yet
+  REQUIRE(b.accept(cb, accept_params_b(), at_ms(1)) == CmResult::ok);
+  REQUIRE(b.notify_communication_established(cb, at_ms(2)) == CmResult::ok);
+  CHECK(b.state(cb) == CmState::Established);
+  CHECK(wire.events.back().type == CmEventType::Established);
+  CHECK(!b.next_deadline());  // no more REP resends
+  // The late RTU changes nothing.
+  b.receive(kAddressB, CmMessage{.body = Rtu{.local_comm_id = CommId{0x5000}, .remote_comm_id = cb}}, at_ms(3));
+  CHECK(wire.events.size() == 2);
+}
+
+TEST_CASE("cm: both ends on one manager (one vnic): connect, accept, disconnect", "[cm]") {
+  // One manager that sends to itself, through a queue so that no call re-enters it.
+  Recorder wire;
+  ConnectionManager m(config(kGuidA, kAddressA, 100), wire, wire);
+  std::deque<std::array<std::uint8_t, kMadLength>> queue;
+  wire.on_send = [&](const SentMad& s) {
+    CHECK(s.to == kAddressA);
+    queue.push_back(s.bytes);
+  };
+  Instant now = at_ms(0);
+  wire.on_event = [&](const CmEvent& e) {
+    if (e.type == CmEventType::ConnectRequest) REQUIRE(m.accept(e.connection, accept_params_b(), now) == CmResult::ok);
+    if (e.type == CmEventType::ConnectResponse) REQUIRE(m.accept(e.connection, AcceptParams{}, now) == CmResult::ok);
+    if (e.type == CmEventType::Disconnected && m.state(e.connection) == CmState::DreqRcvd) {
+      REQUIRE(m.disconnect(e.connection, {}, now) == CmResult::ok);
+    }
+  };
+  const auto pump = [&] {
+    while (!queue.empty()) {
+      const auto bytes = queue.front();
+      queue.pop_front();
+      now += milliseconds(1);
+      m.receive(kAddressA, parse_owned(bytes), now);
+    }
+  };
+  REQUIRE(m.listen(kService) == CmResult::ok);
+  ConnectParams params = connect_params();
+  params.destination = kAddressA;
+  ConnectionId active;
+  REQUIRE(m.connect(params, now, active) == CmResult::ok);
+  pump();
+  REQUIRE(m.connection_count() == 2);
+  const ConnectionId passive = wire.events.at(0).connection;
+  CHECK(passive != active);
+  CHECK(m.state(active) == CmState::Established);
+  CHECK(m.state(passive) == CmState::Established);
+  CHECK(m.qp_attributes(active, QpState::Rtr)->dest_qpn == Qpn{0x22});
+  CHECK(m.qp_attributes(passive, QpState::Rtr)->dest_qpn == Qpn{0x11});
+  REQUIRE(m.disconnect(active, {}, now) == CmResult::ok);
+  pump();
+  CHECK(m.state(active) == CmState::Timewait);
+  CHECK(m.state(passive) == CmState::Timewait);
+  m.advance(now + milliseconds(2048));
+  CHECK(m.connection_count() == 0);
+  CHECK(m.counters().rx_unmatched == 0);
+}
+
 }  // namespace
 }  // namespace rrdma::rocev2::cm
