@@ -52,6 +52,17 @@ std::string_view to_string(CmState s) {
   return "?";
 }
 
+std::string describe_transition(ConnectionId c, CmState from, CmState to) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string line = "CM conn 0x";
+  for (int shift = 28; shift >= 0; shift -= 4) line += kHex[(c.value() >> shift) & 0xF];
+  line += ' ';
+  line += to_string(from);
+  line += " -> ";
+  line += to_string(to);
+  return line;
+}
+
 std::string_view to_string(CmEventType t) {
   switch (t) {
     case CmEventType::ConnectRequest: return "CONNECT_REQUEST";
@@ -157,12 +168,18 @@ void ConnectionManager::arm_resend(Connection& c, Duration interval, std::uint8_
 // cm_enter_timewait: the comm ID stays taken for timewait (av.timeout, 2048 ms) so that a
 // late duplicate finds it and is answered (REJ stale, DREP).
 void ConnectionManager::enter_timewait(Connection& c, Instant now) {
-  c.state = CmState::Timewait;
+  set_state(c, CmState::Timewait);
   c.deadline = now + kTimewait;
 }
 
+void ConnectionManager::set_state(Connection& c, CmState to) {
+  const CmState from = c.state;
+  c.state = to;
+  if (observer_ != nullptr && from != to) observer_->on_cm_transition(c.local_id, from, to);
+}
+
 void ConnectionManager::to_idle(Connection& c) {
-  c.state = CmState::Idle;
+  set_state(c, CmState::Idle);
   c.deadline.reset();
 }
 
@@ -250,9 +267,9 @@ void ConnectionManager::on_req(stack::Ipv4Address source, const CmMessage& m, co
   const std::optional<CommId> id = allocate_comm_id();
   if (!id) return;  // as a full backlog: no REJ, the peer will retry
   Connection& c = connections_[id->value()];
-  c.state = CmState::ReqRcvd;
-  c.active = false;
   c.local_id = *id;
+  c.active = false;
+  set_state(c, CmState::ReqRcvd);
   c.remote_id = req.local_comm_id;
   c.remote_ca_guid = req.local_ca_guid;
   c.peer = source;
@@ -267,7 +284,7 @@ void ConnectionManager::on_req(stack::Ipv4Address source, const CmMessage& m, co
   c.req_tid = m.transaction_id;
   c.timeout = cm_timeout_ms(req.local_cm_response_timeout);
   c.max_cm_retries = req.max_cm_retries;
-  if (config_.delayed_mra) c.state = CmState::MraReqSent;  // ib_send_cm_mra(IB_CM_MRA_FLAG_DELAY)
+  if (config_.delayed_mra) set_state(c, CmState::MraReqSent);  // ib_send_cm_mra(IB_CM_MRA_FLAG_DELAY)
 
   CmEvent e{.type = CmEventType::ConnectRequest,
             .service_id = req.service_id,
@@ -291,10 +308,10 @@ void ConnectionManager::on_mra(const Mra& mra, Instant now) {
   }
   const Duration extended = cm_timeout_ms(mra.service_timeout) + cm_timeout_ms(kAvTimeout);
   if (mra.message_mraed == MessageMraed::Req && c->state == CmState::ReqSent) {
-    c->state = CmState::MraReqRcvd;
+    set_state(*c, CmState::MraReqRcvd);
     c->remote_id = mra.local_comm_id;
   } else if (mra.message_mraed == MessageMraed::Rep && c->state == CmState::RepSent) {
-    c->state = CmState::MraRepRcvd;
+    set_state(*c, CmState::MraRepRcvd);
   } else {
     ++counters_.rx_unmatched;
     return;
@@ -362,7 +379,7 @@ void ConnectionManager::on_rep(stack::Ipv4Address source, const CmMessage& m, co
     }
     return;
   }
-  c->state = config_.delayed_mra ? CmState::MraRepSent : CmState::RepRcvd;
+  set_state(*c, config_.delayed_mra ? CmState::MraRepSent : CmState::RepRcvd);
   c->deadline.reset();
   c->remote_id = rep.local_comm_id;
   c->remote_ca_guid = rep.local_ca_guid;
@@ -388,7 +405,7 @@ void ConnectionManager::on_rtu(const Rtu& rtu, Instant) {
     ++counters_.rx_unmatched;
     return;
   }
-  c->state = CmState::Established;
+  set_state(*c, CmState::Established);
   c->deadline.reset();
   emit_event(*c, CmEvent{.type = CmEventType::Established, .private_data = copy(rtu.private_data)});
 }
@@ -428,7 +445,7 @@ void ConnectionManager::on_dreq(stack::Ipv4Address source, const CmMessage& m, c
       ++counters_.rx_unmatched;
       return;
   }
-  c->state = CmState::DreqRcvd;
+  set_state(*c, CmState::DreqRcvd);
   c->deadline.reset();
   c->dreq_tid = m.transaction_id;
   emit_event(*c, CmEvent{.type = CmEventType::Disconnected, .private_data = copy(dreq.private_data)});
@@ -462,9 +479,9 @@ CmResult ConnectionManager::connect(const ConnectParams& p, Instant now, Connect
   const std::optional<CommId> id = allocate_comm_id();
   if (!id) return CmResult::no_comm_id;
   Connection& c = connections_[id->value()];
-  c.state = CmState::ReqSent;
-  c.active = true;
   c.local_id = *id;
+  c.active = true;
+  set_state(c, CmState::ReqSent);
   c.peer = p.destination;
   c.service_id = p.service_id;
   c.local_qpn = p.local_qpn;
@@ -532,7 +549,7 @@ CmResult ConnectionManager::accept(ConnectionId id, const AcceptParams& p, Insta
                                   .local_ca_guid = config_.local_ca_guid,
                                   .private_data = OpaqueBytes{p.private_data}}};
     if (!send(c->peer, m, c->resend_mad, now)) return CmResult::invalid_state;
-    c->state = CmState::RepSent;
+    set_state(*c, CmState::RepSent);
     c->have_reply = false;
     arm_resend(*c, c->timeout, c->max_cm_retries, now);
     return CmResult::ok;
@@ -546,7 +563,7 @@ CmResult ConnectionManager::accept(ConnectionId id, const AcceptParams& p, Insta
                                 .private_data = OpaqueBytes{p.private_data}}};
   if (!send(c->peer, m, c->reply_mad, now)) return CmResult::invalid_state;
   c->have_reply = true;  // a duplicate REP gets this RTU again
-  c->state = CmState::Established;
+  set_state(*c, CmState::Established);
   emit_event(*c, CmEvent{.type = CmEventType::Established});
   return CmResult::ok;
 }
@@ -591,7 +608,7 @@ CmResult ConnectionManager::disconnect(ConnectionId id, ByteSpan private_data, I
                                  .remote_qpn_eecn = c->remote_qpn,
                                  .private_data = OpaqueBytes{private_data}}};
   if (!send(c->peer, m, c->resend_mad, now)) return CmResult::invalid_state;
-  c->state = CmState::DreqSent;
+  set_state(*c, CmState::DreqSent);
   arm_resend(*c, c->timeout, c->max_cm_retries, now);
   return CmResult::ok;
 }
@@ -664,7 +681,7 @@ CmResult ConnectionManager::notify_communication_established(ConnectionId id, In
   Connection* c = find(id);
   if (c == nullptr) return CmResult::no_such_connection;
   if (!waiting_for_rtu(c->state)) return c->state == CmState::Established ? CmResult::ok : CmResult::invalid_state;
-  c->state = CmState::Established;
+  set_state(*c, CmState::Established);
   c->deadline.reset();
   emit_event(*c, CmEvent{.type = CmEventType::Established});
   return CmResult::ok;
@@ -693,6 +710,7 @@ void ConnectionManager::advance(Instant now) {
     if (c.state == CmState::Timewait) {
       const Connection leaving = c;
       connections_.erase(it);  // the comm ID is free
+      if (observer_ != nullptr) observer_->on_cm_transition(leaving.local_id, CmState::Timewait, CmState::Idle);
       emit_event(leaving, CmEvent{.type = CmEventType::TimewaitExit});
       continue;
     }

@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -114,6 +115,16 @@ class CmEventSink {
   virtual void on_cm_event(const CmEvent& event) = 0;
 };
 
+// Sees each state change of a connection: a trace line for `rrdma-vnic trace`. A connection
+// whose timewait ends is reported as TIMEWAIT -> IDLE as it is freed.
+class CmObserver {
+ public:
+  virtual ~CmObserver() = default;
+  virtual void on_cm_transition(ConnectionId c, CmState from, CmState to) = 0;
+};
+// "CM conn 0x10000000 REQ_SENT -> MRA_REP_SENT"
+std::string describe_transition(ConnectionId c, CmState from, CmState to);
+
 // --- The application's calls --------------------------------------------------------------
 
 enum class CmResult : std::uint8_t {
@@ -193,6 +204,9 @@ class ConnectionManager final : public MadHandler {
   ConnectionManager(const CmConfig& config, CmMadSink& mads, CmEventSink& events);
   ConnectionManager(const ConnectionManager&) = delete;
   ConnectionManager& operator=(const ConnectionManager&) = delete;
+
+  // nullptr for none; must outlive the manager or be reset first.
+  void set_observer(CmObserver* observer) { observer_ = observer; }
 
   // --- from the wire
   // A MAD from GsiEndpoint: parsed here; one that does not parse is counted and dropped.
@@ -281,6 +295,7 @@ class ConnectionManager final : public MadHandler {
   void send_once(stack::Ipv4Address to, const CmMessage& m, Instant now);
   void arm_resend(Connection& c, Duration interval, std::uint8_t retries, Instant now);
   void enter_timewait(Connection& c, Instant now);
+  void set_state(Connection& c, CmState to);
   void to_idle(Connection& c);
   void emit_event(const Connection& c, CmEvent event);
   void send_mra(Connection& c, MessageMraed what, Instant now);
@@ -299,6 +314,7 @@ class ConnectionManager final : public MadHandler {
   CmConfig config_;
   CmMadSink& mads_;
   CmEventSink& events_;
+  CmObserver* observer_ = nullptr;
   std::set<std::uint64_t> listeners_;
   std::map<std::uint32_t, Connection> connections_;  // by local comm ID
   std::uint32_t next_comm_id_;

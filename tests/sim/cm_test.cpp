@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "rocev2/cm/cm.h"
@@ -784,6 +785,41 @@ TEST_CASE("cm: both ends on one manager (one vnic): connect, accept, disconnect"
   m.advance(now + milliseconds(2048));
   CHECK(m.connection_count() == 0);
   CHECK(m.counters().rx_unmatched == 0);
+}
+
+TEST_CASE("cm: every state change is reported once, as a trace line", "[cm][trace]") {
+  struct Transitions final : CmObserver {
+    std::vector<std::string> lines;
+    void on_cm_transition(ConnectionId c, CmState from, CmState to) override {
+      lines.push_back(describe_transition(c, from, to));
+    }
+  } a_trace, b_trace;
+  Pair p(10);
+  p.a().set_observer(&a_trace);
+  p.b().set_observer(&b_trace);
+  REQUIRE(p.b().listen(kService) == CmResult::ok);
+  ConnectionId ca;
+  REQUIRE(p.a().connect(connect_params(), p.now(), ca) == CmResult::ok);
+  REQUIRE(p.run_until([&] { return has(p.wire_b, CmEventType::Established); }, at_ms(100)));
+  REQUIRE(p.a().disconnect(ca, {}, p.now()) == CmResult::ok);
+  REQUIRE(p.run_until([&] { return p.a().connection_count() == 0 && p.b().connection_count() == 0; }, at_ms(10'000)));
+  CHECK(a_trace.lines == std::vector<std::string>{
+                             "CM conn 0x10000000 IDLE -> REQ_SENT",
+                             "CM conn 0x10000000 REQ_SENT -> MRA_REP_SENT",
+                             "CM conn 0x10000000 MRA_REP_SENT -> ESTABLISHED",
+                             "CM conn 0x10000000 ESTABLISHED -> DREQ_SENT",
+                             "CM conn 0x10000000 DREQ_SENT -> TIMEWAIT",
+                             "CM conn 0x10000000 TIMEWAIT -> IDLE",
+                         });
+  CHECK(b_trace.lines == std::vector<std::string>{
+                             "CM conn 0x20000000 IDLE -> REQ_RCVD",
+                             "CM conn 0x20000000 REQ_RCVD -> MRA_REQ_SENT",
+                             "CM conn 0x20000000 MRA_REQ_SENT -> REP_SENT",
+                             "CM conn 0x20000000 REP_SENT -> ESTABLISHED",
+                             "CM conn 0x20000000 ESTABLISHED -> DREQ_RCVD",
+                             "CM conn 0x20000000 DREQ_RCVD -> TIMEWAIT",
+                             "CM conn 0x20000000 TIMEWAIT -> IDLE",
+                         });
 }
 
 }  // namespace
