@@ -199,6 +199,17 @@ void ConnectionManager::send_mra(Connection& c, MessageMraed what, Instant now) 
   if (send(c.peer, m, c.reply_mad, now)) c.have_reply = true;
 }
 
+// cm_format_rej: which message the REJ names, and our comm ID in it, follow the state (in
+// REQ_RCVD the kernel leaves its own comm ID 0).
+Rej ConnectionManager::rej_for(const Connection& c, RejectReason reason) const {
+  Rej rej{.local_comm_id = c.local_id, .remote_comm_id = c.remote_id, .message_rejected = MessageRejected::Other,
+          .reason = reason};
+  if (c.state == CmState::ReqRcvd) rej.local_comm_id = CommId{0};
+  if (req_received(c.state)) rej.message_rejected = MessageRejected::Req;
+  if (rep_received(c.state)) rej.message_rejected = MessageRejected::Rep;
+  return rej;
+}
+
 // cm_issue_rej: a REJ without a connection, echoing the received TID.
 void ConnectionManager::issue_rej(stack::Ipv4Address to, const CmMessage& received, CommId remote,
                                   RejectReason reason, MessageRejected what, Instant now) {
@@ -242,8 +253,9 @@ void ConnectionManager::on_req(stack::Ipv4Address source, const CmMessage& m, co
     ++counters_.rx_duplicates;
     if (dup->state == CmState::MraReqSent) {
       send_mra(*dup, MessageMraed::Req, now);  // the delayed MRA: only now is one sent
-    } else if (dup->state == CmState::Timewait) {
-      issue_rej(source, m, req.local_comm_id, RejectReason::StaleConnection, MessageRejected::Req, now);
+    } else if (dup->state == CmState::Timewait) {  // formatted by the connection, the REQ's TID
+      send_once(source, CmMessage{.transaction_id = m.transaction_id, .body = rej_for(*dup, RejectReason::StaleConnection)},
+                now);
     }
     return;  // REQ_RCVD and the rest: dropped
   }
@@ -574,12 +586,9 @@ CmResult ConnectionManager::reject(ConnectionId id, ByteSpan private_data, Insta
   if (c == nullptr || c->destroyed) return CmResult::no_such_connection;
   if (!req_received(c->state) && !rep_received(c->state)) return CmResult::invalid_state;
   if (private_data.size() > Rej::kPrivateDataLength) return CmResult::private_data_too_long;
-  const CmMessage m{.transaction_id = c->req_tid,
-                    .body = Rej{.local_comm_id = c->local_id,
-                                .remote_comm_id = c->remote_id,
-                                .message_rejected = c->active ? MessageRejected::Rep : MessageRejected::Req,
-                                .reason = RejectReason::ConsumerDefined,
-                                .private_data = OpaqueBytes{private_data}}};
+  Rej rej = rej_for(*c, RejectReason::ConsumerDefined);
+  rej.private_data = OpaqueBytes{private_data};
+  const CmMessage m{.transaction_id = c->req_tid, .body = rej};
   send_once(c->peer, m, now);
   to_idle(*c);
   return CmResult::ok;
@@ -620,17 +629,12 @@ CmResult ConnectionManager::destroy(ConnectionId id, Instant now) {
   std::array<std::uint8_t, 8> guid{};
   for (std::size_t i = 0; i < guid.size(); ++i) guid[i] = static_cast<std::uint8_t>(config_.local_ca_guid >> (56 - 8 * i));
   const auto rej = [&](RejectReason reason) {
-    send_once(c->peer,
-              CmMessage{.transaction_id = c->req_tid,
-                        .body = Rej{.local_comm_id = c->local_id,
-                                    .remote_comm_id = c->remote_id,
-                                    .message_rejected = c->active && rep_received(c->state) ? MessageRejected::Rep
-                                                                                             : MessageRejected::Req,
-                                    .reason = reason,
-                                    // REJ 4 from REQ_SENT: the node GUID, big-endian (cm_destroy_id)
-                                    .ari = OpaqueBytes{reason == RejectReason::Timeout ? ByteSpan{guid} : ByteSpan{}}}},
-              now);
+    Rej r = rej_for(*c, reason);
+    // REJ 4 from REQ_SENT: the node GUID, big-endian (cm_destroy_id)
+    if (reason == RejectReason::Timeout) r.ari = OpaqueBytes{ByteSpan{guid}};
+    send_once(c->peer, CmMessage{.transaction_id = c->req_tid, .body = r}, now);
   };
+
   c->destroyed = true;
   switch (c->state) {
     case CmState::ReqSent:

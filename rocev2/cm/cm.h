@@ -299,6 +299,7 @@ class ConnectionManager final : public MadHandler {
   void to_idle(Connection& c);
   void emit_event(const Connection& c, CmEvent event);
   void send_mra(Connection& c, MessageMraed what, Instant now);
+  Rej rej_for(const Connection& c, RejectReason reason) const;
   void issue_rej(stack::Ipv4Address to, const CmMessage& received, CommId remote, RejectReason reason,
                  MessageRejected what, Instant now);
 

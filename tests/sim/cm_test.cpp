@@ -510,6 +510,8 @@ TEST_CASE("cm: a duplicate REQ is dropped in REQ_RCVD, MRAed in MRA_REQ_SENT, RE
     const CmMessage m = wire.sent[0].parsed();
     CHECK(std::get<Rej>(m.body).reason == RejectReason::StaleConnection);
     CHECK(std::get<Rej>(m.body).remote_comm_id == CommId{0x5000});
+    CHECK(std::get<Rej>(m.body).local_comm_id == cb);
+    CHECK(std::get<Rej>(m.body).message_rejected == MessageRejected::Other);  // cm_format_rej in TIMEWAIT
     CHECK(m.transaction_id == 0x1234);
   }
 }
@@ -714,6 +716,7 @@ TEST_CASE("cm: an active side destroyed in REQ_SENT sends REJ 4 with its GUID, t
   const CmMessage rej = p.wire_a.sent.back().parsed();
   CHECK(std::get<Rej>(rej.body).reason == RejectReason::Timeout);
   CHECK(std::get<Rej>(rej.body).remote_comm_id == CommId{0});  // it never learnt ours
+  CHECK(std::get<Rej>(rej.body).message_rejected == MessageRejected::Other);
   REQUIRE(std::get<Rej>(rej.body).ari.bytes.size() == 8);
   CHECK(std::get<Rej>(rej.body).ari.bytes[7] == 0x01);
   REQUIRE(p.run_until([&] { return has(p.wire_b, CmEventType::Rejected); }, at_ms(100)));
