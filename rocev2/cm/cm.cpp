@@ -48,6 +48,8 @@ std::string_view to_string(CmState s) {
     case CmState::DreqSent: return "DREQ_SENT";
     case CmState::DreqRcvd: return "DREQ_RCVD";
     case CmState::Timewait: return "TIMEWAIT";
+    case CmState::SidrReqSent: return "SIDR_REQ_SENT";
+    case CmState::SidrReqRcvd: return "SIDR_REQ_RCVD";
   }
   return "?";
 }
@@ -72,6 +74,8 @@ std::string_view to_string(CmEventType t) {
     case CmEventType::Unreachable: return "UNREACHABLE";
     case CmEventType::Disconnected: return "DISCONNECTED";
     case CmEventType::TimewaitExit: return "TIMEWAIT_EXIT";
+    case CmEventType::SidrRequest: return "SIDR_REQUEST";
+    case CmEventType::SidrResponse: return "SIDR_RESPONSE";
   }
   return "?";
 }
@@ -242,7 +246,8 @@ void ConnectionManager::receive(stack::Ipv4Address source, const CmMessage& m, I
         else if constexpr (std::is_same_v<T, Rtu>) on_rtu(body, now);
         else if constexpr (std::is_same_v<T, Dreq>) on_dreq(source, m, body, now);
         else if constexpr (std::is_same_v<T, Drep>) on_drep(body, now);
-        else ++counters_.rx_unsupported;  // SIDR_REQ, SIDR_REP: not yet
+        else if constexpr (std::is_same_v<T, SidrReq>) on_sidr_req(source, m, body, now);
+        else if constexpr (std::is_same_v<T, SidrRep>) on_sidr_rep(body, now);
       },
       m.body);
 }
@@ -475,6 +480,56 @@ void ConnectionManager::on_drep(const Drep& drep, Instant now) {
   if (was_sent) emit_event(*c, CmEvent{.type = CmEventType::Disconnected, .private_data = copy(drep.private_data)});
 }
 
+// cm_sidr_req_handler. A duplicate (same request ID from the same address) while the user
+// has not answered is dropped; once answered, the kernel has forgotten the request and a
+// resent SIDR_REQ is a new one.
+void ConnectionManager::on_sidr_req(stack::Ipv4Address source, const CmMessage& m, const SidrReq& req, Instant now) {
+  for (const auto& [id, c] : connections_) {
+    if (c.state == CmState::SidrReqRcvd && c.remote_id.value() == req.request_id && c.peer == source) {
+      ++counters_.rx_duplicates;
+      return;
+    }
+  }
+  if (!listeners_.contains(req.service_id)) {  // status 1: nobody listens
+    send_once(source,
+              CmMessage{.transaction_id = m.transaction_id,
+                        .body = SidrRep{.request_id = req.request_id,
+                                        .status = SidrStatus::ServiceIdNotSupported,
+                                        .service_id = req.service_id}},
+              now);
+    return;
+  }
+  const std::optional<CommId> id = allocate_comm_id();
+  if (!id) return;
+  Connection& c = connections_[id->value()];
+  c.local_id = *id;
+  c.active = false;
+  c.remote_id = CommId{req.request_id};
+  c.peer = source;
+  c.service_id = req.service_id;
+  c.req_tid = m.transaction_id;
+  set_state(c, CmState::SidrReqRcvd);
+  emit_event(c, CmEvent{.type = CmEventType::SidrRequest,
+                        .service_id = req.service_id,
+                        .private_data = copy(req.private_data)});
+}
+
+// cm_sidr_rep_handler: matched by the request ID, which is our comm ID.
+void ConnectionManager::on_sidr_rep(const SidrRep& rep, Instant) {
+  Connection* c = find(CommId{rep.request_id});
+  if (c == nullptr || c->state != CmState::SidrReqSent) {
+    ++counters_.rx_unmatched;
+    return;
+  }
+  to_idle(*c);
+  emit_event(*c, CmEvent{.type = CmEventType::SidrResponse,
+                         .service_id = rep.service_id,
+                         .peer_qpn = rep.qpn,
+                         .sidr_status = rep.status,
+                         .qkey = rep.qkey,
+                         .private_data = copy(rep.private_data)});
+}
+
 // --- From the application ------------------------------------------------------------------------
 
 CmResult ConnectionManager::listen(std::uint64_t service_id) {
@@ -622,6 +677,50 @@ CmResult ConnectionManager::disconnect(ConnectionId id, ByteSpan private_data, I
   return CmResult::ok;
 }
 
+// ib_send_cm_sidr_req, with rdma_cm's timeout (cma_resolve_ib_udp): 4096 ms, 15 retries.
+CmResult ConnectionManager::sidr_request(const SidrParams& p, Instant now, ConnectionId& out) {
+  if (p.private_data.size() > SidrReq::kPrivateDataLength) return CmResult::private_data_too_long;
+  const std::optional<CommId> id = allocate_comm_id();
+  if (!id) return CmResult::no_comm_id;
+  Connection& c = connections_[id->value()];
+  c.local_id = *id;
+  c.active = true;
+  c.peer = p.destination;
+  c.service_id = p.service_id;
+  c.req_tid = own_tid(c);
+  set_state(c, CmState::SidrReqSent);
+  const CmMessage m{.transaction_id = c.req_tid,
+                    .body = SidrReq{.request_id = c.local_id.value(),
+                                    .service_id = p.service_id,
+                                    .private_data = OpaqueBytes{p.private_data}}};
+  if (!send(c.peer, m, c.resend_mad, now)) {
+    connections_.erase(id->value());
+    return CmResult::invalid_state;
+  }
+  arm_resend(c, cm_timeout_ms(kCmResponseTimeout), kMaxCmRetries, now);
+  out = *id;
+  return CmResult::ok;
+}
+
+// ib_send_cm_sidr_rep: the request ID and TID echoed.
+CmResult ConnectionManager::sidr_reply(ConnectionId id, const SidrReplyParams& p, Instant now) {
+  Connection* c = find(id);
+  if (c == nullptr || c->destroyed) return CmResult::no_such_connection;
+  if (c->state != CmState::SidrReqRcvd) return CmResult::invalid_state;
+  if (p.private_data.size() > SidrRep::kPrivateDataLength) return CmResult::private_data_too_long;
+  send_once(c->peer,
+            CmMessage{.transaction_id = c->req_tid,
+                      .body = SidrRep{.request_id = c->remote_id.value(),
+                                      .status = p.status,
+                                      .qpn = p.qpn,
+                                      .service_id = c->service_id,
+                                      .qkey = p.qkey,
+                                      .private_data = OpaqueBytes{p.private_data}}},
+            now);
+  to_idle(*c);
+  return CmResult::ok;
+}
+
 // cm_destroy_id: what each state sends on the way out.
 CmResult ConnectionManager::destroy(ConnectionId id, Instant now) {
   Connection* c = find(id);
@@ -673,6 +772,15 @@ CmResult ConnectionManager::destroy(ConnectionId id, Instant now) {
       return CmResult::ok;
     case CmState::Timewait:
       return CmResult::ok;  // freed when timewait ends
+    case CmState::SidrReqRcvd:  // cm_reject_sidr_req
+      send_once(c->peer,
+                CmMessage{.transaction_id = c->req_tid,
+                          .body = SidrRep{.request_id = c->remote_id.value(),
+                                          .status = SidrStatus::Rejected,
+                                          .service_id = c->service_id}},
+                now);
+      break;
+    case CmState::SidrReqSent:
     case CmState::Idle:
       break;
   }
@@ -739,6 +847,7 @@ void ConnectionManager::on_timeout(Connection& c, Instant now) {
     case CmState::MraReqRcvd:
     case CmState::RepSent:
     case CmState::MraRepRcvd:
+    case CmState::SidrReqSent:
       to_idle(c);
       emit_event(c, CmEvent{.type = CmEventType::Unreachable, .status = kStatusTimedOut});
       break;
@@ -769,7 +878,8 @@ std::optional<CmQpAttributes> ConnectionManager::qp_attributes(ConnectionId id, 
   CmQpAttributes a{.state = qp_state};
   switch (qp_state) {
     case QpState::Init:
-      if (s == CmState::Idle || s == CmState::Timewait || s == CmState::DreqSent || s == CmState::DreqRcvd) {
+      if (s == CmState::Idle || s == CmState::Timewait || s == CmState::DreqSent || s == CmState::DreqRcvd ||
+          s == CmState::SidrReqSent || s == CmState::SidrReqRcvd) {
         return std::nullopt;
       }
       a.access = access::kRemoteWrite;

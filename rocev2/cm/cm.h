@@ -6,8 +6,8 @@
 // CmEventSink, which the daemon will turn into rdma_cm events). No clock is read and nothing
 // is sent directly: timers are "call me again at" deadlines (next_deadline, advance).
 //
-// RC connections only, for now: SIDR (UD) and LAP/APR are not done (docs/RDMA_CM.md, "The
-// connection manager"). The private data is opaque here: the CMA header inside it belongs to
+// RC connections, and SIDR for UD; LAP/APR (alternate paths) are not done (docs/RDMA_CM.md,
+// "The connection manager"). The private data is opaque here: the CMA header inside it belongs to
 // the rdma_cm layer above (cma.h).
 #pragma once
 
@@ -66,6 +66,8 @@ enum class CmState : std::uint8_t {
   DreqSent,
   DreqRcvd,
   Timewait,
+  SidrReqSent,  // UD: SIDR_REQ out, waiting for the SIDR_REP
+  SidrReqRcvd,  // UD: SIDR_REQ in, the user has not answered
 };
 std::string_view to_string(CmState s);
 
@@ -77,6 +79,8 @@ enum class CmEventType : std::uint8_t {
   Unreachable,      // REQ or REP out of retries (status -110)
   Disconnected,     // a DREQ or DREP arrived, or our DREQ ran out of retries (status -110)
   TimewaitExit,     // timewait is over: the comm ID is free again
+  SidrRequest,      // passive, UD: a SIDR_REQ for a service we listen on
+  SidrResponse,     // active, UD: the SIDR_REP (status, QPN, Q_Key)
 };
 std::string_view to_string(CmEventType t);
 
@@ -98,6 +102,8 @@ struct CmEvent {
   std::uint8_t retry_count = 0;          // ConnectRequest
   std::uint8_t rnr_retry_count = 0;
   PathMtu path_mtu = PathMtu::Mtu1024;   // ConnectRequest
+  SidrStatus sidr_status = SidrStatus::Valid;  // SidrResponse
+  Qkey qkey{};                           // SidrResponse: the peer QP's (peer_qpn)
   std::vector<std::uint8_t> private_data{};  // the whole field of the message, as received
 };
 
@@ -149,7 +155,21 @@ struct ConnectParams {
   std::uint8_t rnr_retry_count = 7;   // 3 bits
   PathMtu path_mtu = PathMtu::Mtu1024;
   std::uint32_t flow_label = 0;       // rdma_cm: (sport * 31 + dport) & 0xFFFFF
-  ByteSpan private_data;              // up to 92 bytes (the CMA header included)
+  ByteSpan private_data{};              // up to 92 bytes (the CMA header included)
+};
+
+// Service ID resolution, for UD (IBA 12.11): one SIDR_REQ, one SIDR_REP.
+struct SidrParams {
+  stack::Ipv4Address destination{};
+  std::uint64_t service_id = 0;
+  ByteSpan private_data{};              // up to 216 bytes (the CMA header included)
+};
+
+struct SidrReplyParams {
+  SidrStatus status = SidrStatus::Valid;
+  Qpn qpn{};
+  Qkey qkey{};                        // rdma_cm: RDMA_UDP_QKEY 0x01234567
+  ByteSpan private_data{};              // up to 136 bytes
 };
 
 struct AcceptParams {
@@ -158,7 +178,7 @@ struct AcceptParams {
   std::uint8_t responder_resources = 0;
   std::uint8_t initiator_depth = 0;
   std::uint8_t rnr_retry_count = 7;   // passive only
-  ByteSpan private_data;              // REP: up to 196 bytes; RTU: up to 224
+  ByteSpan private_data{};              // REP: up to 196 bytes; RTU: up to 224
 };
 
 // The attributes the kernel's cm_init_qp_{init,rtr,rts}_attr give a QP (memo §3.8). Only
@@ -229,6 +249,11 @@ class ConnectionManager final : public MadHandler {
   // state (REJ, DREQ, DREP) is sent, no event follows, and the comm ID is freed now, or when
   // timewait ends.
   CmResult destroy(ConnectionId c, Instant now);
+  // UD: sends a SIDR_REQ (resent every 4096 ms, 15 times, then UNREACHABLE -110); the
+  // SIDR_REP comes back as SidrResponse.
+  CmResult sidr_request(const SidrParams& params, Instant now, ConnectionId& out);
+  // UD, after SidrRequest: sends the SIDR_REP.
+  CmResult sidr_reply(ConnectionId c, const SidrReplyParams& params, Instant now);
 
   // The QP of a connection in REP_SENT received its first packet before the RTU did (the
   // IBV_EVENT_COMM_EST that ib_cm_notify turns into ESTABLISHED): the RTU was lost or is late.
@@ -310,6 +335,8 @@ class ConnectionManager final : public MadHandler {
   void on_rtu(const Rtu& rtu, Instant now);
   void on_dreq(stack::Ipv4Address source, const CmMessage& m, const Dreq& dreq, Instant now);
   void on_drep(const Drep& drep, Instant now);
+  void on_sidr_req(stack::Ipv4Address source, const CmMessage& m, const SidrReq& req, Instant now);
+  void on_sidr_rep(const SidrRep& rep, Instant now);
   void on_timeout(Connection& c, Instant now);
 
   CmConfig config_;

@@ -825,5 +825,113 @@ TEST_CASE("cm: every state change is reported once, as a trace line", "[cm][trac
                          });
 }
 
+// --- SIDR (UD) ---------------------------------------------------------------------------------
+
+constexpr std::uint64_t kUdpService = ip_service_id(PortSpace::Udp, 7174);
+const std::array<std::uint8_t, 5> kSidrData{5, 4, 3, 2, 1};
+
+SidrParams sidr_params() {
+  return SidrParams{.destination = kAddressB, .service_id = kUdpService, .private_data = ByteSpan{kSidrData}};
+}
+
+TEST_CASE("cm: SIDR_REQ and SIDR_REP resolve a UD service: QPN and Q_Key", "[cm][sidr]") {
+  Pair p(11, 0, false);
+  REQUIRE(p.b().listen(kUdpService) == CmResult::ok);
+  p.wire_b.on_event = [&](const CmEvent& e) {
+    if (e.type != CmEventType::SidrRequest) return;
+    REQUIRE(p.b().sidr_reply(e.connection,
+                             SidrReplyParams{.qpn = Qpn{0x44}, .qkey = Qkey{0x0123'4567}, .private_data = ByteSpan{kRepData}},
+                             p.now()) == CmResult::ok);
+  };
+  ConnectionId ca;
+  REQUIRE(p.a().sidr_request(sidr_params(), p.now(), ca) == CmResult::ok);
+  CHECK(p.a().state(ca) == CmState::SidrReqSent);
+  REQUIRE(p.run_until([&] { return has(p.wire_a, CmEventType::SidrResponse); }, at_ms(100)));
+  const CmEvent& request = p.wire_b.events.at(0);
+  CHECK(request.service_id == kUdpService);
+  CHECK(request.peer == kAddressA);
+  CHECK(std::equal(kSidrData.begin(), kSidrData.end(), request.private_data.begin()));
+  const CmEvent& response = p.wire_a.events.at(0);
+  CHECK(response.sidr_status == SidrStatus::Valid);
+  CHECK(response.peer_qpn == Qpn{0x44});
+  CHECK(response.qkey == Qkey{0x0123'4567});
+  CHECK(std::equal(kRepData.begin(), kRepData.end(), response.private_data.begin()));
+  const CmMessage req = p.wire_a.sent.at(0).parsed();
+  CHECK(std::get<SidrReq>(req.body).request_id == ca.value());
+  const CmMessage rep = p.wire_b.sent.at(0).parsed();
+  CHECK(rep.transaction_id == req.transaction_id);
+  CHECK(std::get<SidrRep>(rep.body).request_id == ca.value());
+  CHECK(p.a().state(ca) == CmState::Idle);
+  CHECK(!p.a().next_deadline());
+  CHECK(!p.a().qp_attributes(ca, QpState::Init));
+  CHECK(p.a().destroy(ca, p.now()) == CmResult::ok);
+  CHECK(p.b().destroy(request.connection, p.now()) == CmResult::ok);
+  CHECK(p.a().connection_count() == 0);
+  CHECK(p.b().connection_count() == 0);
+}
+
+TEST_CASE("cm: a SIDR_REQ nobody listens for gets SIDR_REP status 1", "[cm][sidr]") {
+  Pair p(12);
+  ConnectionId ca;
+  REQUIRE(p.a().sidr_request(sidr_params(), p.now(), ca) == CmResult::ok);
+  REQUIRE(p.run_until([&] { return has(p.wire_a, CmEventType::SidrResponse); }, at_ms(100)));
+  CHECK(p.wire_a.events.at(0).sidr_status == SidrStatus::ServiceIdNotSupported);
+  CHECK(p.b().connection_count() == 0);
+}
+
+TEST_CASE("cm: the SIDR_REQ is resent every 4096 ms 15 times, then UNREACHABLE", "[cm][sidr][timers]") {
+  Recorder wire;
+  ConnectionManager a(config(kGuidA, kAddressA, 7), wire, wire);
+  ConnectionId ca;
+  REQUIRE(a.sidr_request(sidr_params(), at_ms(0), ca) == CmResult::ok);
+  for (int k = 1; k <= 15; ++k) {
+    REQUIRE(a.next_deadline() == at_ms(4096 * k));
+    a.advance(at_ms(4096 * k));
+  }
+  CHECK(wire.count(AttributeId::SidrReq) == 16);
+  a.advance(at_ms(4096 * 16));
+  REQUIRE(wire.events.size() == 1);
+  CHECK(wire.events[0].type == CmEventType::Unreachable);
+  CHECK(wire.events[0].status == kStatusTimedOut);
+}
+
+TEST_CASE("cm: a duplicate SIDR_REQ before the answer is dropped; destroy answers status 2", "[cm][sidr]") {
+  Recorder wire;
+  ConnectionManager b(config(kGuidB, kAddressB, 7), wire, wire);
+  REQUIRE(b.listen(kUdpService) == CmResult::ok);
+  const CmMessage req{.transaction_id = 0x55,
+                      .body = SidrReq{.request_id = 0x900, .service_id = kUdpService}};
+  b.receive(kAddressA, req, at_ms(0));
+  b.receive(kAddressA, req, at_ms(4096));
+  CHECK(wire.events.size() == 1);
+  CHECK(wire.sent.empty());
+  const ConnectionId cb = wire.events.at(0).connection;
+  CHECK(b.state(cb) == CmState::SidrReqRcvd);
+  REQUIRE(b.destroy(cb, at_ms(5000)) == CmResult::ok);
+  REQUIRE(wire.sent.size() == 1);
+  const CmMessage rep = wire.sent[0].parsed();
+  CHECK(std::get<SidrRep>(rep.body).status == SidrStatus::Rejected);
+  CHECK(std::get<SidrRep>(rep.body).request_id == 0x900);
+  CHECK(rep.transaction_id == 0x55);
+}
+
+TEST_CASE("cm: SIDR at 30% MAD loss finishes by retries", "[cm][sidr][loss]") {
+  for (std::uint64_t seed : sim::seeds_to_run(19, 20)) {
+    INFO(sim::replay_hint(seed));
+    Pair p(seed, 300'000, false);
+    REQUIRE(p.b().listen(kUdpService) == CmResult::ok);
+    p.wire_b.on_event = [&](const CmEvent& e) {
+      if (e.type == CmEventType::SidrRequest) {
+        REQUIRE(p.b().sidr_reply(e.connection, SidrReplyParams{.qpn = Qpn{0x44}, .qkey = Qkey{1}}, p.now()) == CmResult::ok);
+      }
+    };
+    ConnectionId ca;
+    REQUIRE(p.a().sidr_request(sidr_params(), p.now(), ca) == CmResult::ok);
+    REQUIRE(p.run_until([&] { return has(p.wire_a, CmEventType::SidrResponse); }, at_ms(100'000)));
+    CHECK(p.wire_a.events.size() == 1);
+    CHECK(p.wire_a.events[0].peer_qpn == Qpn{0x44});
+  }
+}
+
 }  // namespace
 }  // namespace rrdma::rocev2::cm
