@@ -124,10 +124,13 @@ const ConnectionManager::Connection* ConnectionManager::find(ConnectionId c) con
   return it == connections_.end() ? nullptr : &it->second;
 }
 
-// The duplicate key: (remote comm ID, remote CA GUID) (cm_insert_remote_id).
+// The duplicate key: (remote comm ID, remote CA GUID) (cm_insert_remote_id). A connection
+// back in IDLE (rejected, timed out) has forgotten its REQ, as the kernel's (cm_reset_to_idle
+// removes it from the table): a REQ resent after our lost REJ is a new one.
 ConnectionManager::Connection* ConnectionManager::find_remote(CommId remote_id, std::uint64_t guid) {
   for (auto& [id, c] : connections_) {
-    if (!c.active && c.remote_id == remote_id && c.remote_ca_guid == guid) return &c;
+    const bool rc_passive = !c.active && c.state != CmState::Idle && c.state != CmState::SidrReqRcvd;
+    if (rc_passive && c.remote_id == remote_id && c.remote_ca_guid == guid) return &c;
   }
   return nullptr;
 }

@@ -44,6 +44,13 @@ struct SentMad {
   AttributeId attribute() const { return attribute_id(parsed().body); }
 };
 
+// Parses bytes the caller keeps alive (the message borrows them).
+CmMessage parse_owned(const std::array<std::uint8_t, kMadLength>& bytes) {
+  CmMessage m;
+  REQUIRE(parse_cm_mad(ByteSpan{bytes}, m) == CmError::none);
+  return m;
+}
+
 struct Recorder final : CmMadSink, CmEventSink {
   std::deque<SentMad> sent;
   std::vector<CmEvent> events;
@@ -378,6 +385,12 @@ TEST_CASE("cm: listen on a taken service ID is EADDRINUSE, reject sends REJ 28",
   REQUIRE(p.b().reject(cb, {}, p.now()) == CmResult::ok);
   REQUIRE(p.run_until([&] { return has(p.wire_a, CmEventType::Rejected); }, at_ms(100)));
   CHECK(p.wire_a.events.at(0).reason == RejectReason::ConsumerDefined);
+  // The REJ lost, the REQ comes again: the rejected connection has forgotten it, so it is a
+  // new request, as in the kernel.
+  const std::array<std::uint8_t, kMadLength> req_bytes = p.wire_a.sent.at(0).bytes;
+  p.b().receive(kAddressA, parse_owned(req_bytes), p.now());
+  CHECK(p.wire_b.event_types() == std::vector{CmEventType::ConnectRequest, CmEventType::ConnectRequest});
+  CHECK(p.wire_b.events[1].connection != cb);
   CHECK(p.b().unlisten(kService) == CmResult::ok);
   CHECK(p.b().unlisten(kService) == CmResult::not_listening);
 }
@@ -406,11 +419,6 @@ TEST_CASE("cm: the REQ is resent every 6144 ms 15 times, then UNREACHABLE -110",
   CHECK(!a.next_deadline());
 }
 
-CmMessage parse_owned(const std::array<std::uint8_t, kMadLength>& bytes) {
-  CmMessage m;
-  REQUIRE(parse_cm_mad(ByteSpan{bytes}, m) == CmError::none);
-  return m;
-}
 
 // A REQ as a peer (comm ID 0x5000, GUID B) would send it, for feeding one manager by hand.
 CmMessage peer_req(std::uint64_t tid = 0x99'0000'5000) {
