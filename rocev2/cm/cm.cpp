@@ -80,6 +80,36 @@ std::string_view to_string(CmEventType t) {
   return "?";
 }
 
+std::optional<std::size_t> message_index(AttributeId id) {
+  const auto v = static_cast<std::uint16_t>(id);
+  if (v < static_cast<std::uint16_t>(AttributeId::Req) || v > static_cast<std::uint16_t>(AttributeId::SidrRep)) {
+    return std::nullopt;
+  }
+  return std::size_t{v} - static_cast<std::size_t>(AttributeId::Req);
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> named(const CmCounters& c) {
+  std::vector<std::pair<std::string, std::uint64_t>> out = {
+      {"rx_mads", c.rx_mads},
+      {"rx_unparsable", c.rx_unparsable},
+      {"rx_unmatched", c.rx_unmatched},
+      {"rx_duplicates", c.rx_duplicates},
+      {"rx_wrong_qpn", c.rx_wrong_qpn},
+      {"rx_unsupported", c.rx_unsupported},
+      {"tx_mads", c.tx_mads},
+      {"resends", c.resends},
+      {"timeouts", c.timeouts}};
+  for (std::size_t i = 0; i < kCmMessageKinds; ++i) {
+    std::string name{attribute_name(AttributeId{static_cast<std::uint16_t>(0x10 + i)})};
+    for (char& ch : name) {
+      if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+    }
+    out.emplace_back("rx_" + name, c.rx_by_message[i]);
+    out.emplace_back("tx_" + name, c.tx_by_message[i]);
+  }
+  return out;
+}
+
 std::string_view to_string(CmResult r) {
   switch (r) {
     case CmResult::ok: return "ok";
@@ -156,9 +186,14 @@ ConnectionManager::Connection* ConnectionManager::match(CommId our_id, std::opti
 bool ConnectionManager::send(stack::Ipv4Address to, const CmMessage& m, std::array<std::uint8_t, kMadLength>& buffer,
                              Instant now) {
   if (emit_cm_mad(m, buffer) != CmError::none) return false;
-  ++counters_.tx_mads;
-  mads_.send_cm_mad(to, MadSpan{buffer}, now);
+  transmit(to, MadSpan{buffer}, now);
   return true;
+}
+
+void ConnectionManager::transmit(stack::Ipv4Address to, MadSpan mad, Instant now) {
+  ++counters_.tx_mads;
+  if (const auto i = message_index(AttributeId{load_be16(mad, MadHeaderView::kAttributeIdAt)})) ++counters_.tx_by_message[*i];
+  mads_.send_cm_mad(to, mad, now);
 }
 
 void ConnectionManager::send_once(stack::Ipv4Address to, const CmMessage& m, Instant now) {
@@ -239,6 +274,7 @@ void ConnectionManager::on_mad(const ReceivedMad& mad, Instant now) {
 
 void ConnectionManager::receive(stack::Ipv4Address source, const CmMessage& m, Instant now) {
   ++counters_.rx_mads;
+  ++counters_.rx_by_message[m.body.index()];
   std::visit(
       [&](const auto& body) {
         using T = std::decay_t<decltype(body)>;
@@ -392,8 +428,7 @@ void ConnectionManager::on_rep(stack::Ipv4Address source, const CmMessage& m, co
     }
     ++counters_.rx_duplicates;
     if (c->state == CmState::Established && c->have_reply) {
-      mads_.send_cm_mad(c->peer, MadSpan{c->reply_mad}, now);  // the RTU again
-      ++counters_.tx_mads;
+      transmit(c->peer, MadSpan{c->reply_mad}, now);  // the RTU again
     } else if (c->state == CmState::MraRepSent) {
       send_mra(*c, MessageMraed::Rep, now);
     }
@@ -832,9 +867,8 @@ void ConnectionManager::advance(Instant now) {
     if (c.retries_left > 0) {  // the MAD layer's retry: the same bytes again
       --c.retries_left;
       ++counters_.resends;
-      ++counters_.tx_mads;
       c.deadline = now + c.interval;
-      mads_.send_cm_mad(c.peer, MadSpan{c.resend_mad}, now);
+      transmit(c.peer, MadSpan{c.resend_mad}, now);
       continue;
     }
     on_timeout(c, now);

@@ -18,6 +18,8 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "rocev2/cm/mad.h"
@@ -207,6 +209,12 @@ struct CmConfig {
   bool delayed_mra = true;             // rdma_cm's IB_CM_MRA_FLAG_DELAY: MRA only on a duplicate
 };
 
+// The nine CM messages, in the order of CmBody and of their attribute IDs (0x10-0x18).
+inline constexpr std::size_t kCmMessageKinds = std::variant_size_v<CmBody>;
+static_assert(kCmMessageKinds == 9);
+// 0 for REQ ... 8 for SIDR_REP; nullopt for any other attribute.
+std::optional<std::size_t> message_index(AttributeId id);
+
 struct CmCounters {
   std::uint64_t rx_mads = 0;
   std::uint64_t rx_unparsable = 0;
@@ -217,7 +225,11 @@ struct CmCounters {
   std::uint64_t tx_mads = 0;
   std::uint64_t resends = 0;
   std::uint64_t timeouts = 0;
+  std::array<std::uint64_t, kCmMessageKinds> rx_by_message{};  // by message_index
+  std::array<std::uint64_t, kCmMessageKinds> tx_by_message{};  // resends included
 };
+// "rx_mads", ..., "timeouts", then "rx_req", "tx_req", ... "rx_sidr_rep", "tx_sidr_rep".
+std::vector<std::pair<std::string, std::uint64_t>> named(const CmCounters& counters);
 
 class ConnectionManager final : public MadHandler {
  public:
@@ -317,6 +329,7 @@ class ConnectionManager final : public MadHandler {
 
   // Emits `m` into `buffer` and sends it; false (counted) if the value cannot be emitted.
   bool send(stack::Ipv4Address to, const CmMessage& m, std::array<std::uint8_t, kMadLength>& buffer, Instant now);
+  void transmit(stack::Ipv4Address to, MadSpan mad, Instant now);  // every MAD leaves here
   void send_once(stack::Ipv4Address to, const CmMessage& m, Instant now);
   void arm_resend(Connection& c, Duration interval, std::uint8_t retries, Instant now);
   void enter_timewait(Connection& c, Instant now);

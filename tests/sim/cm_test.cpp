@@ -5,6 +5,7 @@
 // timewait 2048 ms.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <deque>
@@ -267,6 +268,18 @@ TEST_CASE("cm: connect, accept, RTU, DREQ, DREP and timewait end to end, MADs as
   CHECK(drep.transaction_id == dreq.transaction_id);  // the DREP echoes the DREQ's TID
   // Both sides leave timewait 2048 ms after entering it (A on the DREP, B on sending it).
   CHECK(p.now() == disconnect_at + milliseconds(2 + 2048));
+  // Counted by message, as `stats` will show them.
+  const CmCounters& ac = p.a().counters();
+  CHECK(ac.tx_by_message[*message_index(AttributeId::Req)] == 1);
+  CHECK(ac.tx_by_message[*message_index(AttributeId::Rtu)] == 1);
+  CHECK(ac.tx_by_message[*message_index(AttributeId::Dreq)] == 1);
+  CHECK(ac.rx_by_message[*message_index(AttributeId::Rep)] == 1);
+  CHECK(ac.rx_by_message[*message_index(AttributeId::Drep)] == 1);
+  CHECK(ac.tx_mads == 3);
+  CHECK(ac.rx_mads == 2);
+  const auto names = named(ac);
+  CHECK(std::ranges::find(names, std::pair<std::string, std::uint64_t>{"tx_req", 1}) != names.end());
+  CHECK(std::ranges::find(names, std::pair<std::string, std::uint64_t>{"rx_sidr_rep", 0}) != names.end());
 }
 
 TEST_CASE("cm: the starting-PSN convention and the QP attributes of cm_init_qp_*_attr", "[cm]") {
