@@ -434,6 +434,13 @@ void ConnectionManager::on_rep(stack::Ipv4Address source, const CmMessage& m, co
     }
     return;
   }
+  // cm_rep_handler: a REP from a QP that a live connection already has as its peer is stale:
+  // REJ 10 for it, a DREQ for the old connection; ours keeps waiting (its REQ is resent).
+  if (Connection* old = find_live_peer_qp(rep.local_qpn, rep.local_ca_guid)) {
+    issue_rej(source, m, rep.local_comm_id, RejectReason::StaleConnection, MessageRejected::Rep, now);
+    if (old->state == CmState::Established) disconnect(old->local_id, {}, now);
+    return;
+  }
   set_state(*c, config_.delayed_mra ? CmState::MraRepSent : CmState::RepRcvd);
   c->deadline.reset();
   c->remote_id = rep.local_comm_id;

@@ -954,5 +954,34 @@ TEST_CASE("cm: SIDR at 30% MAD loss finishes by retries", "[cm][sidr][loss]") {
   }
 }
 
+TEST_CASE("cm: a REP from a QP that a live connection has as its peer gets REJ 10, the old connection a DREQ", "[cm]") {
+  Recorder wire;
+  ConnectionManager a(config(kGuidA, kAddressA, 7), wire, wire);
+  const auto rep_from = [](CommId local, CommId remote) {
+    return CmMessage{.transaction_id = 0x66,
+                     .body = Rep{.local_comm_id = local,
+                                 .remote_comm_id = remote,
+                                 .local_qpn = Qpn{0x22},
+                                 .starting_psn = Psn{5},
+                                 .local_ca_guid = kGuidB}};
+  };
+  ConnectionId first, second;
+  REQUIRE(a.connect(connect_params(), at_ms(0), first) == CmResult::ok);
+  a.receive(kAddressB, rep_from(CommId{0x5000}, first), at_ms(1));
+  REQUIRE(a.accept(first, AcceptParams{}, at_ms(2)) == CmResult::ok);
+  REQUIRE(a.state(first) == CmState::Established);
+  REQUIRE(a.connect(connect_params(), at_ms(3), second) == CmResult::ok);
+  wire.sent.clear();
+  a.receive(kAddressB, rep_from(CommId{0x6000}, second), at_ms(4));
+  REQUIRE(wire.sent.size() == 2);
+  const CmMessage rej = wire.sent[0].parsed();
+  CHECK(std::get<Rej>(rej.body).reason == RejectReason::StaleConnection);
+  CHECK(std::get<Rej>(rej.body).message_rejected == MessageRejected::Rep);
+  CHECK(std::get<Rej>(rej.body).remote_comm_id == CommId{0x6000});
+  CHECK(attribute_id(wire.sent[1].parsed().body) == AttributeId::Dreq);
+  CHECK(a.state(first) == CmState::DreqSent);
+  CHECK(a.state(second) == CmState::ReqSent);
+}
+
 }  // namespace
 }  // namespace rrdma::rocev2::cm
