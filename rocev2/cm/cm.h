@@ -109,7 +109,8 @@ struct CmEvent {
   std::vector<std::uint8_t> private_data{};  // the whole field of the message, as received
 };
 
-// Where MADs go: the daemon calls GsiEndpoint::send.
+// Where MADs go: the daemon calls GsiEndpoint::send. The sink must not call back into the
+// manager (a MAD to ourselves, both ends on one vnic, is queued and received later).
 class CmMadSink {
  public:
   virtual ~CmMadSink() = default;

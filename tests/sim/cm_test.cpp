@@ -916,7 +916,7 @@ TEST_CASE("cm: the SIDR_REQ is resent every 4096 ms 15 times, then UNREACHABLE",
   CHECK(wire.events[0].status == kStatusTimedOut);
 }
 
-TEST_CASE("cm: a duplicate SIDR_REQ before the answer is dropped; destroy answers status 2", "[cm][sidr]") {
+TEST_CASE("cm: a duplicate SIDR_REQ before the answer is dropped, destroy answers status 2", "[cm][sidr]") {
   Recorder wire;
   ConnectionManager b(config(kGuidB, kAddressB, 7), wire, wire);
   REQUIRE(b.listen(kUdpService) == CmResult::ok);
