@@ -167,10 +167,10 @@ struct Req {
   std::uint8_t max_cm_retries = 0;               // 4 bits
   bool srq = false;
   std::uint8_t extended_transport_type = 0;      // 3 bits
-  CmPath primary_path;
-  CmPath alternate_path;
+  CmPath primary_path{};
+  CmPath alternate_path{};
   bool sap_supported = false;
-  OpaqueBytes private_data;                      // up to 92 bytes
+  OpaqueBytes private_data{};                      // up to 92 bytes
   bool operator==(const Req&) const = default;
 };
 
@@ -185,7 +185,7 @@ struct Mra {
   CommId remote_comm_id{};
   MessageMraed message_mraed = MessageMraed::Req;
   std::uint8_t service_timeout = 0;  // 5 bits
-  OpaqueBytes private_data;
+  OpaqueBytes private_data{};
   bool operator==(const Mra&) const = default;
 };
 
@@ -241,8 +241,8 @@ struct Rej {
   CommId remote_comm_id{};
   MessageRejected message_rejected = MessageRejected::Req;
   RejectReason reason{};
-  OpaqueBytes ari;  // additional rejection information: its size is the Reject Info Length (<= 72)
-  OpaqueBytes private_data;
+  OpaqueBytes ari{};  // additional rejection information: its size is the Reject Info Length (<= 72)
+  OpaqueBytes private_data{};
   bool operator==(const Rej&) const = default;
 };
 
@@ -268,7 +268,7 @@ struct Rep {
   std::uint8_t rnr_retry_count = 0;   // 3 bits
   bool srq = false;
   std::uint64_t local_ca_guid = 0;
-  OpaqueBytes private_data;
+  OpaqueBytes private_data{};
   bool operator==(const Rep&) const = default;
 };
 
@@ -280,7 +280,7 @@ struct CommIdsAndPrivateData {
   static constexpr std::size_t kPrivateDataLength = 224;
   CommId local_comm_id{};
   CommId remote_comm_id{};
-  OpaqueBytes private_data;
+  OpaqueBytes private_data{};
   bool operator==(const CommIdsAndPrivateData&) const = default;
 };
 using Rtu = CommIdsAndPrivateData<AttributeId::Rtu>;
@@ -293,7 +293,7 @@ struct Dreq {
   CommId local_comm_id{};
   CommId remote_comm_id{};
   Qpn remote_qpn_eecn{};  // Linux ignores a DREQ whose value is not its QPN
-  OpaqueBytes private_data;
+  OpaqueBytes private_data{};
   bool operator==(const Dreq&) const = default;
 };
 
@@ -304,7 +304,7 @@ struct SidrReq {
   std::uint32_t request_id = 0;
   Pkey partition_key = kDefaultPkey;
   std::uint64_t service_id = 0;
-  OpaqueBytes private_data;
+  OpaqueBytes private_data{};
   bool operator==(const SidrReq&) const = default;
 };
 
@@ -326,12 +326,12 @@ struct SidrRep {
   static constexpr std::size_t kAdditionalInformationLength = 72;
   std::uint32_t request_id = 0;
   SidrStatus status = SidrStatus::Valid;
-  OpaqueBytes additional_information;  // its size is the Additional Information Length (<= 72)
+  OpaqueBytes additional_information{};  // its size is the Additional Information Length (<= 72)
   std::uint32_t vendor_id = 0;         // 24 bits, in two pieces
   Qpn qpn{};
   std::uint64_t service_id = 0;
   Qkey qkey{};
-  OpaqueBytes private_data;
+  OpaqueBytes private_data{};
   bool operator==(const SidrRep&) const = default;
 };
 
