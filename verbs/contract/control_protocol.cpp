@@ -212,8 +212,6 @@ IoError send_message(int socket_fd, const Message& message, std::span<const int>
   return IoError::None;
 }
 
-namespace {
-// Takes every fd out of every SCM_RIGHTS header, so none can leak whatever happens next.
 void collect_fds(msghdr& header, ReceivedFds& fds) {
   for (cmsghdr* cmsg = CMSG_FIRSTHDR(&header); cmsg != nullptr;
        cmsg = CMSG_NXTHDR(&header, cmsg)) {
@@ -226,7 +224,6 @@ void collect_fds(msghdr& header, ReceivedFds& fds) {
     }
   }
 }
-}  // namespace
 
 Received receive_message(int socket_fd) {
   Received result;

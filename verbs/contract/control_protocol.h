@@ -19,6 +19,8 @@
 
 #include "stack/bytes.h"
 
+struct msghdr;
+
 namespace rrdma::verbs::control {
 
 inline constexpr std::uint32_t kMagic = 0x89525643;  // 0x89 'R' 'V' 'C'
@@ -217,6 +219,10 @@ enum class IoError : std::uint8_t {
   None, WouldBlock, PeerClosed, System, Truncated, FdsTruncated, TooManyFds, Malformed
 };
 const char* io_error_name(IoError error);
+
+// Takes every fd out of every SCM_RIGHTS header of a received message, so that none can leak
+// whatever happens next.
+void collect_fds(::msghdr& header, ReceivedFds& fds);
 
 // Sends one frame with `fds` as SCM_RIGHTS (at most kMaxFdsPerMessage). errno is kept on
 // System.
