@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <endian.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -64,14 +66,14 @@ std::optional<SocketAddress> parse_socket_address(const void* raw, std::size_t s
     sockaddr_in in{};
     std::memcpy(&in, raw, sizeof(in));
     const std::uint32_t host = ntohl(in.sin_addr.s_addr);
-    SocketAddress a{.port = ntohs(in.sin_port)};
+    SocketAddress a{.ip = std::nullopt, .port = ntohs(in.sin_port)};
     if (host != 0) a.ip = stack::Ipv4Address{host};
     return a;
   }
   if (family == AF_INET6 && size >= sizeof(sockaddr_in6)) {
     sockaddr_in6 in6{};
     std::memcpy(&in6, raw, sizeof(in6));
-    SocketAddress a{.port = ntohs(in6.sin6_port), .ipv6 = true};
+    SocketAddress a{.ip = std::nullopt, .port = ntohs(in6.sin6_port), .ipv6 = true};
     std::array<std::uint8_t, 16> raw6{};
     std::memcpy(raw6.data(), &in6.sin6_addr, raw6.size());
     constexpr std::array<std::uint8_t, 12> kV4MappedPrefix{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
@@ -189,7 +191,7 @@ ucma::Frame UcmaService::handle(uid_t uid, const ucma::Frame& request, control::
   now_ = now;
   if (request.kind == ucma::Kind::CreateChannel) return create_channel(uid, request, fds);
   ucma::Frame reply{.kind = request.kind, .reply = true, .request_id = request.request_id, .command = request.command,
-                    .channel = request.channel};
+                    .channel = request.channel, .body = {}};
   ++counters_.commands;
   const auto it = channels_.find(request.channel);
   Reply result{EBADF, {}};
@@ -208,11 +210,11 @@ ucma::Frame UcmaService::handle(uid_t uid, const ucma::Frame& request, control::
 }
 
 ucma::Frame UcmaService::create_channel(uid_t uid, const ucma::Frame& request, control::ReceivedFds& fds) {
-  ucma::Frame reply{.kind = ucma::Kind::CreateChannel, .reply = true, .request_id = request.request_id};
+  ucma::Frame reply{.kind = ucma::Kind::CreateChannel, .reply = true, .request_id = request.request_id, .body = {}};
   const int fd = fds.release(0);
   std::uint64_t token = 0;
   while (token == 0 || channels_.contains(token)) token = random_();
-  channels_.emplace(token, Channel{.token = token, .fd = fd, .uid = uid});
+  channels_.emplace(token, Channel{.token = token, .fd = fd, .uid = uid, .events = {}, .markers = 0});
   ++counters_.channels_opened;
   // The application never writes on its end: readable means closed (EOF) or broken.
   watcher_.watch(fd, [this, token](Instant now) {
@@ -524,7 +526,7 @@ UcmaService::Reply UcmaService::query_route(Channel& ch, ByteSpan body) {
                        id->ipv6_family);
   if (has_peer) write_socket_address(resp.dst_addr, id->dst.ip, id->dst.port, false);
   if (id->on_device) {
-    resp.node_guid = config_.node_guid;
+    resp.node_guid = htobe64(config_.node_guid);  // the GUID's bytes, as ibv_get_device_guid gives them
     resp.port_num = 1;
     resp.ibdev_index = 0xFFFFFFFF;  // librdmacm then matches the device by its GUID alone
     ib_user_path_rec& path = resp.ib_route[0];

@@ -46,7 +46,7 @@ class AddressResolver {
 
 struct UcmaConfig {
   stack::Ipv4Address address{};
-  std::uint64_t node_guid = 0;          // as ibv_get_device_guid reports it (host order)
+  std::uint64_t node_guid = 0;          // caps::node_guid: a number whose big-endian bytes are the GUID
   int netdev_mtu = 1500;                // the path MTU is what it allows (iboe_get_mtu)
   rocev2::cm::CmConfig cm{};
 };
