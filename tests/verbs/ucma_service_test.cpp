@@ -392,6 +392,12 @@ TEST_CASE("ucma: closing a channel destroys its ids: a connected peer sees DISCO
   p.deliver();
   REQUIRE(p.server.next_event().event == ucma::kEstablished);
 
+  // Bytes written on the application's end (an untracked dup of the descriptor) are
+  // discarded; the channel lives on.
+  REQUIRE(::send(p.client.app_fd, "junk", 4, 0) == 4);
+  REQUIRE(p.client.watcher.run_ready());
+  CHECK(p.client.service.counters().channels_closed == 0);
+
   // The client process dies: its end of the channel closes, the daemon reads EOF.
   ::close(std::exchange(p.client.app_fd, -1));
   REQUIRE(p.client.watcher.run_ready());
