@@ -357,6 +357,7 @@ std::uint32_t UcmaService::destroy(CmId& id, Instant now) {
   if (id.state == IdState::Listen) cm_.unlisten(service_id(id, id.src.port));
   unbind(id);
   const std::uint32_t reported = id.events_reported;
+  resolving_.erase(number);
   ids_.erase(number);
   ++counters_.ids_destroyed;
   return reported;
@@ -486,6 +487,7 @@ UcmaService::Reply UcmaService::resolve_ip(Channel& ch, ByteSpan body, Instant n
   id->dst = Endpoint{*destination->ip, destination->port};
   id->state = IdState::AddrQuery;
   id->resolve_deadline = now + std::chrono::milliseconds(std::max<std::uint32_t>(cmd->timeout_ms, 1));
+  resolving_.insert(id->id);
   ++counters_.address_resolutions;
   check_resolution(*id, now);
   return {0, {}};
@@ -497,6 +499,7 @@ void UcmaService::check_resolution(CmId& id, Instant now) {
   const AddressResolver::Reach reach = resolver_.reach(id.dst.ip, now);
   if (reach == AddressResolver::Reach::resolving && now < *id.resolve_deadline) return;
   id.resolve_deadline.reset();
+  resolving_.erase(id.id);
   if (reach == AddressResolver::Reach::reachable) {
     id.state = IdState::AddrResolved;
     queue_event(id.id, QueuedEvent{.id = id.id, .resp = event_for(id, ucma::kAddrResolved, 0)});
@@ -976,11 +979,13 @@ void UcmaService::on_connect_request(const cm::CmEvent& e) {
 // ---------------------------------------------------------------------------------------
 // Time and listing
 
+// Only the ids resolving an address are looked at, never every id.
 std::optional<Instant> UcmaService::next_deadline() const {
   std::optional<Instant> next = cm_.next_deadline();
-  for (const auto& [number, id] : ids_) {
-    if (!id.resolve_deadline) continue;
-    const Instant poll = std::min(*id.resolve_deadline, now_ + kResolvePoll);
+  for (std::uint32_t number : resolving_) {
+    const auto it = ids_.find(number);
+    if (it == ids_.end() || !it->second.resolve_deadline) continue;
+    const Instant poll = std::min(*it->second.resolve_deadline, now_ + kResolvePoll);
     if (!next || poll < *next) next = poll;
   }
   return next;
@@ -989,10 +994,7 @@ std::optional<Instant> UcmaService::next_deadline() const {
 void UcmaService::advance(Instant now) {
   now_ = now;
   cm_.advance(now);
-  std::vector<std::uint32_t> resolving;
-  for (const auto& [number, id] : ids_) {
-    if (id.resolve_deadline) resolving.push_back(number);
-  }
+  const std::vector<std::uint32_t> resolving(resolving_.begin(), resolving_.end());
   for (std::uint32_t number : resolving) {
     if (const auto it = ids_.find(number); it != ids_.end() && it->second.resolve_deadline) check_resolution(it->second, now);
   }
