@@ -50,6 +50,10 @@ struct UcmaConfig {
   std::uint64_t node_guid = 0;          // caps::node_guid: a number whose big-endian bytes are the GUID
   int netdev_mtu = 1500;                // the path MTU is what it allows (iboe_get_mtu)
   rocev2::cm::CmConfig cm{};
+  // Each channel holds a descriptor of the daemon and each id memory: bounds, so that one user
+  // cannot exhaust either (rsockets opens a channel per socket; cmtime makes thousands of ids).
+  std::size_t max_channels_per_uid = 1024;
+  std::size_t max_ids_per_channel = 16384;
 };
 
 struct UcmaCounters {
@@ -67,6 +71,7 @@ struct UcmaCounters {
   std::uint64_t address_resolutions = 0;
   std::uint64_t address_errors = 0;
   std::uint64_t foreign_channel_refused = 0;  // a command naming another user's channel
+  std::uint64_t channels_refused = 0;         // a user holding max_channels_per_uid already
 };
 std::vector<std::pair<std::string, std::uint64_t>> named(const UcmaCounters& counters);
 
@@ -138,6 +143,7 @@ class UcmaService final : private rocev2::cm::CmEventSink {
     uid_t uid = 0;
     std::deque<QueuedEvent> events;
     std::size_t markers = 0;        // written and not yet consumed by a GET_EVENT
+    std::size_t ids = 0;
   };
 
   using Reply = std::pair<int, std::vector<std::uint8_t>>;  // errno, response bytes
