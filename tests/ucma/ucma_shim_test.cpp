@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -30,8 +31,6 @@
 
 #include "verbs/contract/control_protocol.h"
 #include "verbs/contract/ucma_protocol.h"
-
-extern char** environ;
 
 using namespace rrdma;
 namespace ucma = rrdma::verbs::ucma;
@@ -290,11 +289,21 @@ class FakeDaemon {
   std::uint32_t next_id_ = 77;
 };
 
+// In a -DRRDMA_SANITIZE=ON build the preloaded shim comes before the probe's own ASan runtime
+// in the library list, which ASan refuses unless told it is fine.
+std::string sanitizer_options() {
+  const char* inherited = std::getenv("ASAN_OPTIONS");
+  const std::string options = inherited != nullptr && *inherited != '\0' ? std::string(inherited) + ":" : "";
+  return "ASAN_OPTIONS=" + options + "verify_asan_link_order=0";
+}
+
 // ucma_probe with the shim preloaded; killed if the test gives up on it.
 class Probe {
  public:
   Probe(const std::string& mode, const FakeDaemon& daemon, const std::vector<std::string>& extra_env) {
-    std::vector<std::string> env = {"LD_PRELOAD=" RRDMA_UCMA_SHIM, "RRDMA_RUN_DIR=" + daemon.dir().string()};
+    std::vector<std::string> env = {"LD_PRELOAD=" RRDMA_UCMA_SHIM, "RRDMA_RUN_DIR=" + daemon.dir().string(),
+                                    sanitizer_options()};
+    if (const char* ubsan = std::getenv("UBSAN_OPTIONS")) env.push_back(std::string("UBSAN_OPTIONS=") + ubsan);
     env.insert(env.end(), extra_env.begin(), extra_env.end());
     std::vector<char*> envp;
     for (auto& entry : env) envp.push_back(entry.data());
