@@ -101,6 +101,15 @@ class FakeDaemon {
     REQUIRE(arrived);
     return *found;
   }
+  // Waits until `count` commands seen match.
+  void wait_count(const std::function<bool(const Seen&)>& match, int count) {
+    std::unique_lock lock(mutex_);
+    REQUIRE(changed_.wait_for(lock, kPatience, [&] {
+      int matched = 0;
+      for (const auto& seen : seen_) matched += match(seen);
+      return matched >= count;
+    }));
+  }
   Seen wait_command(std::uint32_t command) {
     return wait_command([command](const Seen& seen) { return seen.frame.command == command; });
   }
@@ -379,10 +388,21 @@ TEST_CASE("ucma: the shim carries raw ucma commands, events and closes to the da
   CHECK((set.id == 77 && set.level == RDMA_OPTION_ID && set.optname == RDMA_OPTION_ID_TOS && set.optlen == 1));
   daemon.queue_event(first, event(0x1122334455667788, 77, kDisconnected, ""));
 
+  // One thread waits in GET_EVENT (past a stale marker: EAGAIN), another sends DISCONNECT on
+  // the same channel; only then comes the waiter's event. Channels are numbered in open order.
+  const std::uint64_t second = first + 1;
+  daemon.wait_command(RDMA_USER_CM_CMD_NOTIFY);
+  daemon.write_stale_marker(first);
+  const auto stale = [](const Seen& seen) { return seen.frame.command == RDMA_USER_CM_CMD_GET_EVENT && seen.status == EAGAIN; };
+  daemon.wait_count(stale, 2);
+  daemon.write_stale_marker(second);  // tells the probe the waiter is past its EAGAIN
+  const Seen disconnect = daemon.wait_command(RDMA_USER_CM_CMD_DISCONNECT);
+  CHECK(disconnect.frame.channel == first);
+  daemon.queue_event(first, event(0x1122334455667788, 77, kEstablished, "again"));
+
   // MIGRATE_ID on the second channel names the first by token.
   const Seen migrate = daemon.wait_command(RDMA_USER_CM_CMD_MIGRATE_ID);
-  const std::uint64_t second = migrate.frame.channel;
-  CHECK(second != first);
+  CHECK(migrate.frame.channel == second);
   CHECK(migrate.frame.aux_channel == first);
   CHECK(migrate.frame.body.size() == sizeof(rdma_ucm_migrate_id));
 
@@ -403,10 +423,11 @@ TEST_CASE("ucma: the shim carries raw ucma commands, events and closes to the da
   daemon.die();
   CHECK(probe.wait_exit() == 0);
 
-  // Two GET_EVENTs answered events, one EAGAIN; the O_NONBLOCK one never left the process.
+  // Three GET_EVENTs answered events, two EAGAIN (stale markers); those under O_NONBLOCK with
+  // no marker never left the process.
   int get_events = 0;
   for (const auto& seen : daemon.seen()) get_events += seen.frame.command == RDMA_USER_CM_CMD_GET_EVENT;
-  CHECK(get_events == 3);
+  CHECK(get_events == 5);
 }
 
 #ifdef RRDMA_HAVE_LIBRDMACM
