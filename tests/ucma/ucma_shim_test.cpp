@@ -119,7 +119,7 @@ class FakeDaemon {
   }
   void wait_channels(std::size_t count) {
     std::unique_lock lock(mutex_);
-    REQUIRE(changed_.wait_for(lock, kPatience, [&] { return next_channel_ >= count; }));
+    REQUIRE(changed_.wait_for(lock, kPatience, [&] { return channels_answered_ >= count; }));
   }
 
   // An event for GET_EVENT on `token`, announced by one marker.
@@ -219,12 +219,27 @@ class FakeDaemon {
   bool serve_ucma(int fd, int connection) {
     ucma::Received received = ucma::receive_frame(fd);
     if (received.error != control::IoError::None) return false;
-    ucma::Frame reply = received.frame.kind == ucma::Kind::CreateChannel ? create_channel(received.fds.release(0))
-                                                                         : answer(received.frame, connection);
+    const bool creates = received.frame.kind == ucma::Kind::CreateChannel;
+    Seen seen{connection, received.frame, 0, 0};
+    ucma::Frame reply = creates ? create_channel(received.fds.release(0)) : answer(received.frame, seen);
     reply.kind = received.frame.kind;
     reply.reply = true;
     reply.request_id = received.frame.request_id;
-    return ucma::send_frame(fd, reply) == control::IoError::None;
+    const bool sent = ucma::send_frame(fd, reply) == control::IoError::None;
+    record(creates, std::move(seen));
+    return sent;
+  }
+
+  // Made known to the test only once answered, so that what the test does next (die()) cannot
+  // cut the reply off.
+  void record(bool created_channel, Seen seen) {
+    std::lock_guard lock(mutex_);
+    if (created_channel) {
+      ++channels_answered_;
+    } else {
+      seen_.push_back(std::move(seen));
+    }
+    changed_.notify_all();
   }
 
   ucma::Frame create_channel(int daemon_end) {
@@ -232,15 +247,13 @@ class FakeDaemon {
     ucma::Frame reply;
     reply.channel = kFirstToken + next_channel_++;
     channels_[reply.channel] = daemon_end;
-    changed_.notify_all();
     return reply;
   }
 
   // What the kernel would answer, reduced to what the probes look at.
-  ucma::Frame answer(const ucma::Frame& request, int connection) {
+  ucma::Frame answer(const ucma::Frame& request, Seen& seen) {
     std::lock_guard lock(mutex_);
     ucma::Frame reply;
-    Seen seen{connection, request, 0, 0};
     switch (request.command) {
       case RDMA_USER_CM_CMD_CREATE_ID: {
         seen.assigned_id = next_id_++;
@@ -264,8 +277,6 @@ class FakeDaemon {
       default: break;
     }
     seen.status = reply.status;
-    seen_.push_back(std::move(seen));
-    changed_.notify_all();
     return reply;
   }
 
@@ -292,6 +303,7 @@ class FakeDaemon {
   std::vector<std::thread> servers_;
   std::map<std::uint64_t, int> channels_;  // token -> the daemon's end
   std::uint64_t next_channel_ = 0;
+  std::size_t channels_answered_ = 0;
   std::map<std::uint64_t, std::vector<rdma_ucm_event_resp>> events_;
   std::map<std::uint32_t, std::uint32_t> delivered_;  // id -> events answered
   std::vector<Seen> seen_;
