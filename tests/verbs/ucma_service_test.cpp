@@ -523,7 +523,7 @@ TEST_CASE("ucma: a full backlog drops a request without a REJ, and the resent RE
   r.timeout_ms = 2000;
   REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r).status == 0);
   REQUIRE(p.client.next_event().event == ucma::kAddrResolved);
-  REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{.id = second}).status == 0);
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{.id = second, .timeout_ms = 2000}).status == 0);
   REQUIRE(p.client.next_event().event == ucma::kRouteResolved);
   REQUIRE(p.connect(second, 0x12).status == 0);
   p.deliver();
@@ -580,7 +580,7 @@ TEST_CASE("ucma: hostile and foreign commands are refused, not obeyed", "[ucma]"
   b.addr.ss_family = 27;  // AF_IB
   CHECK(p.server.command(RDMA_USER_CM_CMD_BIND, b).status == EAFNOSUPPORT);
   // A channel token nobody was given.
-  CHECK(p.server.command(RDMA_USER_CM_CMD_LISTEN, rdma_ucm_listen{.id = id}, 1000, 12345).status == EBADF);
+  CHECK(p.server.command(RDMA_USER_CM_CMD_LISTEN, rdma_ucm_listen{.id = id, .backlog = 1}, 1000, 12345).status == EBADF);
   // GET_EVENT with nothing queued.
   CHECK(p.server.command(RDMA_USER_CM_CMD_GET_EVENT, rdma_ucm_get_event{}).status == EAGAIN);
 }

@@ -188,12 +188,9 @@ namespace {
 constexpr std::size_t kControlRoom = CMSG_SPACE(sizeof(int) * (kMaxFdsPerMessage + 1));
 }  // namespace
 
-IoError send_message(int socket_fd, const Message& message, std::span<const int> fds) {
+IoError send_bytes(int socket_fd, ByteSpan bytes, std::span<const int> fds) {
   if (fds.size() > kMaxFdsPerMessage) return IoError::TooManyFds;
-  if (message.words.size() > kMaxBodyWords) return IoError::Malformed;
-  std::array<std::uint8_t, kMaxFrameLength> frame{};
-  const std::size_t length = emit(message, frame);
-  iovec iov{frame.data(), length};
+  iovec iov{const_cast<std::uint8_t*>(bytes.data()), bytes.size()};
   msghdr header{};
   header.msg_iov = &iov;
   header.msg_iovlen = 1;
@@ -212,6 +209,15 @@ IoError send_message(int socket_fd, const Message& message, std::span<const int>
   return IoError::None;
 }
 
+IoError send_message(int socket_fd, const Message& message, std::span<const int> fds) {
+  if (message.words.size() > kMaxBodyWords) return IoError::Malformed;
+  std::array<std::uint8_t, kMaxFrameLength> frame{};
+  const std::size_t length = emit(message, frame);
+  return send_bytes(socket_fd, ByteSpan(frame.data(), length), fds);
+}
+
+namespace {
+// Takes every fd out of every SCM_RIGHTS header, so none can leak whatever happens next.
 void collect_fds(msghdr& header, ReceivedFds& fds) {
   for (cmsghdr* cmsg = CMSG_FIRSTHDR(&header); cmsg != nullptr;
        cmsg = CMSG_NXTHDR(&header, cmsg)) {
@@ -224,11 +230,10 @@ void collect_fds(msghdr& header, ReceivedFds& fds) {
     }
   }
 }
+}  // namespace
 
-Received receive_message(int socket_fd) {
-  Received result;
-  std::array<std::uint8_t, kMaxFrameLength> frame{};
-  iovec iov{frame.data(), frame.size()};
+IoError receive_bytes(int socket_fd, MutableByteSpan buffer, std::size_t& length, ReceivedFds& fds) {
+  iovec iov{buffer.data(), buffer.size()};
   msghdr header{};
   header.msg_iov = &iov;
   header.msg_iovlen = 1;
@@ -236,23 +241,24 @@ Received receive_message(int socket_fd) {
   header.msg_control = control.data();
   header.msg_controllen = control.size();
   const ssize_t received = ::recvmsg(socket_fd, &header, MSG_CMSG_CLOEXEC);
-  if (received < 0) {
-    result.error = errno == EAGAIN ? IoError::WouldBlock : IoError::System;
-    return result;
-  }
-  ReceivedFds fds;
+  if (received < 0) return errno == EAGAIN ? IoError::WouldBlock : IoError::System;
   collect_fds(header, fds);
-  if (received == 0) {
-    result.error = IoError::PeerClosed;
-  } else if ((header.msg_flags & MSG_TRUNC) != 0) {
-    result.error = IoError::Truncated;
-  } else if ((header.msg_flags & MSG_CTRUNC) != 0) {
-    result.error = IoError::FdsTruncated;
-  } else if (fds.size() > kMaxFdsPerMessage) {
-    result.error = IoError::TooManyFds;
-  } else {
-    result.decode_error = parse(ByteSpan(frame.data(), static_cast<std::size_t>(received)),
-                                fds.size(), result.message);
+  length = static_cast<std::size_t>(received);
+  if (received == 0) return IoError::PeerClosed;
+  if ((header.msg_flags & MSG_TRUNC) != 0) return IoError::Truncated;
+  if ((header.msg_flags & MSG_CTRUNC) != 0) return IoError::FdsTruncated;
+  if (fds.size() > kMaxFdsPerMessage) return IoError::TooManyFds;
+  return IoError::None;
+}
+
+Received receive_message(int socket_fd) {
+  Received result;
+  std::array<std::uint8_t, kMaxFrameLength> frame{};
+  std::size_t length = 0;
+  ReceivedFds fds;
+  result.error = receive_bytes(socket_fd, frame, length, fds);
+  if (result.error == IoError::None) {
+    result.decode_error = parse(ByteSpan(frame.data(), length), fds.size(), result.message);
     if (result.decode_error != DecodeError::None) result.error = IoError::Malformed;
   }
   if (result.error == IoError::None) result.fds = std::move(fds);

@@ -19,8 +19,6 @@
 
 #include "stack/bytes.h"
 
-struct msghdr;
-
 namespace rrdma::verbs::control {
 
 inline constexpr std::uint32_t kMagic = 0x89525643;  // 0x89 'R' 'V' 'C'
@@ -220,9 +218,14 @@ enum class IoError : std::uint8_t {
 };
 const char* io_error_name(IoError error);
 
-// Takes every fd out of every SCM_RIGHTS header of a received message, so that none can leak
-// whatever happens next.
-void collect_fds(::msghdr& header, ReceivedFds& fds);
+// One SOCK_SEQPACKET message of `bytes`, with `fds` (at most kMaxFdsPerMessage) as
+// SCM_RIGHTS; MSG_NOSIGNAL. errno is kept on System. The frames of this protocol and of
+// ucma_protocol.h are sent with it.
+IoError send_bytes(int socket_fd, ByteSpan bytes, std::span<const int> fds);
+// Receives one message into `buffer` (MSG_CMSG_CLOEXEC): its length in `length`, and every fd
+// that came with it in `fds`, whatever else happened (the caller's ReceivedFds closes them).
+// None, or WouldBlock, System, PeerClosed, Truncated, FdsTruncated, TooManyFds.
+IoError receive_bytes(int socket_fd, MutableByteSpan buffer, std::size_t& length, ReceivedFds& fds);
 
 // Sends one frame with `fds` as SCM_RIGHTS (at most kMaxFdsPerMessage). errno is kept on
 // System.

@@ -11,8 +11,6 @@ namespace {
 
 constexpr std::size_t kMagicAt = 0, kVersionAt = 4, kKindAt = 6, kRequestIdAt = 8, kCommandAt = 12,
                       kChannelAt = 16, kAuxAt = 24, kStatusAt = 32, kBodyLengthAt = 36;
-// Room for one fd more than a frame may carry, so that a second one is seen and refused.
-constexpr std::size_t kControlRoom = CMSG_SPACE(sizeof(int) * 2);
 
 bool known_kind(std::uint16_t kind) {
   return kind == static_cast<std::uint16_t>(Kind::CreateChannel) || kind == static_cast<std::uint16_t>(Kind::Command);
@@ -77,55 +75,23 @@ control::IoError send_frame(int socket_fd, const Frame& frame, int fd) {
   std::array<std::uint8_t, kMaxFrameLength> bytes{};
   const std::size_t length = emit(frame, bytes);
   if (length == 0) return control::IoError::Malformed;
-  iovec iov{bytes.data(), length};
-  msghdr header{};
-  header.msg_iov = &iov;
-  header.msg_iovlen = 1;
-  alignas(cmsghdr) std::array<std::uint8_t, kControlRoom> control{};
-  if (fd >= 0) {
-    header.msg_control = control.data();
-    header.msg_controllen = CMSG_SPACE(sizeof(int));
-    cmsghdr* cmsg = CMSG_FIRSTHDR(&header);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-  }
-  if (::sendmsg(socket_fd, &header, MSG_NOSIGNAL) < 0) {
-    return errno == EAGAIN ? control::IoError::WouldBlock : control::IoError::System;
-  }
-  return control::IoError::None;
+  const int fds[1] = {fd};
+  return control::send_bytes(socket_fd, ByteSpan(bytes.data(), length),
+                             fd >= 0 ? std::span<const int>(fds) : std::span<const int>());
 }
 
 Received receive_frame(int socket_fd) {
   Received result;
   std::array<std::uint8_t, kMaxFrameLength> bytes{};
-  iovec iov{bytes.data(), bytes.size()};
-  msghdr header{};
-  header.msg_iov = &iov;
-  header.msg_iovlen = 1;
-  alignas(cmsghdr) std::array<std::uint8_t, kControlRoom> control{};
-  header.msg_control = control.data();
-  header.msg_controllen = control.size();
-  const ssize_t received = ::recvmsg(socket_fd, &header, MSG_CMSG_CLOEXEC);
-  if (received < 0) {
-    result.error = errno == EAGAIN ? control::IoError::WouldBlock : control::IoError::System;
-    return result;
-  }
+  std::size_t length = 0;
   control::ReceivedFds fds;
-  control::collect_fds(header, fds);
-  if (received == 0) {
-    result.error = control::IoError::PeerClosed;
-  } else if ((header.msg_flags & MSG_TRUNC) != 0) {
-    result.error = control::IoError::Truncated;
-  } else if ((header.msg_flags & MSG_CTRUNC) != 0) {
-    result.error = control::IoError::FdsTruncated;
-  } else {
-    result.decode_error = parse(ByteSpan(bytes.data(), static_cast<std::size_t>(received)), fds.size(), result.frame);
+  result.error = control::receive_bytes(socket_fd, bytes, length, fds);
+  if (result.error == control::IoError::None) {
+    result.decode_error = parse(ByteSpan(bytes.data(), length), fds.size(), result.frame);
     if (result.decode_error != DecodeError::None) result.error = control::IoError::Malformed;
   }
   if (result.error == control::IoError::None) result.fds = std::move(fds);
-  return result;
+  return result;  // on error, `fds` closes everything that arrived
 }
 
 }  // namespace rrdma::verbs::ucma
