@@ -76,5 +76,16 @@ done
 dropped=$(host nft list table bridge rrdma_loss | sed -nE 's/.*counter packets ([0-9]+).*/\1/p')
 log "nftables dropped ${dropped:-?} RoCE frames (MADs included)"
 expect_ge "${dropped:-x}" 1 "frames dropped by the nftables rule"
+# Both vnics are requesters here (rping's server READs and WRITEs, its client SENDs): the
+# recovery shows in the sum of their retransmissions.
+retransmits=0
+for side in a b; do
+  counter "$TMPD/${side}0.json" engine.retransmits
+  before=$COUNT
+  counter "$TMPD/${side}1.json" engine.retransmits
+  retransmits=$(( retransmits + COUNT - before ))
+done
+log "the vnics retransmitted $retransmits packets"
+(( retransmits >= 1 )) || fail_case "no retransmission by either vnic, with $dropped frames dropped"
 print_rows
 finish_cases
