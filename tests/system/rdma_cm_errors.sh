@@ -26,7 +26,6 @@ cm_scene
 KEEP_GOING=1
 A=$VNIC_A_IP
 
-now_ms() { date +%s%3N; }
 # ms_since START_MS: milliseconds since.
 ms_since() { echo $(( $(now_ms) - $1 )); }
 

@@ -102,6 +102,8 @@ cm_client() {
   done
 }
 
+now_ms() { date +%s%3N; }
+
 CM_STARTED=()
 # cm_stop PID: ends a program cm_start started: SIGTERM, then SIGKILL after 5 s. Returns its
 # exit status (143 or 137 when it had to be stopped).
@@ -202,15 +204,27 @@ cm_pair() {
   while (( $# )) && [[ $1 != -- ]]; do server_args+=("$1"); shift; done
   [[ ${1:-} == -- ]] && shift
   client_args=("$@")
-  local name="${program}.$CM_PORT" server_rc=0 client_rc pattern problem="" start=$SECONDS server_pid
+  local name="${program}.$CM_PORT" server_rc=0 client_rc pattern problem="" start server_pid
   local client_program=${PAIR_CLIENT_PROGRAM:-$program}
   [[ -n "$SERVER_NS" ]] || pair_sides a b
   log "run: [$SERVER_DEV] $program ${server_args[*]}  //  [$CLIENT_DEV] $client_program ${client_args[*]}"
+  start=$(now_ms)
   cm_start "$name.server" "$SERVER_NS" "$SERVER_DEV" "$program" "${server_args[@]}"
   server_pid=$CM_PID
   cm_client "$name.client" "$PAIR_LIMIT" "$server_pid" "$CLIENT_NS" "$CLIENT_DEV" "$client_program" "${client_args[@]}"
   client_rc=$CM_RC
-  local elapsed=$(( SECONDS - start ))
+  local elapsed
+  elapsed=$(awk -v ms="$(( $(now_ms) - start ))" 'BEGIN {printf "%.1f", ms / 1000}')
+  # A feature the vnic does not offer (XRC): a client that fails cleanly and says so is
+  # recorded as declined, with the program's own words; its server, which never saw a
+  # REQ, is stopped. A hang or any other failure is a failure.
+  if [[ -n "$PAIR_DECLINE" ]] && (( client_rc != 0 && client_rc != 124 && client_rc != 137 )) &&
+     grep -qE -- "$PAIR_DECLINE" "$TMPD/$name.client.out"; then
+    kill -0 "$server_pid" 2>/dev/null && cm_stop "$server_pid"
+    row "$program" "$label" DECLINED "$(grep -hE -- "$PAIR_DECLINE" "$TMPD/$name.client.out" | head -n 1)"
+    reset_pair_options
+    return 0
+  fi
   if (( PAIR_SERVER_STAYS )); then
     if kill -0 "$server_pid" 2>/dev/null; then
       cm_stop "$server_pid" || true
@@ -239,14 +253,6 @@ cm_pair() {
     local figure=""
     [[ -n "$PAIR_FIGURE" ]] && figure=$(awk "$PAIR_FIGURE" "$TMPD/$name.client.out")
     row "$program" "$label" PASS "${figure:+$figure, }${elapsed}s$tries"
-    reset_pair_options
-    return 0
-  fi
-  # A feature the vnic does not offer (XRC): a bounded failure that says so is recorded as
-  # declined, with the program's own words; a hang or any other failure is a failure.
-  if [[ -n "$PAIR_DECLINE" ]] && (( client_rc != 124 && client_rc != 137 && server_rc != 124 )) &&
-     grep -qE -- "$PAIR_DECLINE" "$TMPD/$name.client.out" "$TMPD/$name.server.out"; then
-    row "$program" "$label" DECLINED "$(grep -hE -- "$PAIR_DECLINE" "$TMPD/$name.client.out" "$TMPD/$name.server.out" | head -n 1)"
     reset_pair_options
     return 0
   fi
