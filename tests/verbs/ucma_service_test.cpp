@@ -358,7 +358,7 @@ TEST_CASE("ucma: a REQ for a port nobody listens on comes back REJECTED 8 at onc
   CHECK(rejected.uid == 0x2000);
 }
 
-TEST_CASE("ucma: a second listener on a taken port gets EADDRINUSE; the port is free once destroyed", "[ucma]") {
+TEST_CASE("ucma: a second listener on a taken port gets EADDRINUSE, and the port is free once destroyed", "[ucma]") {
   Pair p;
   const std::uint32_t first = p.listen(7174);
   const std::uint32_t second = p.server.create_id(0x5000);
@@ -391,6 +391,12 @@ TEST_CASE("ucma: closing a channel destroys its ids: a connected peer sees DISCO
   REQUIRE(p.client.command(RDMA_USER_CM_CMD_ACCEPT, rtu).status == 0);
   p.deliver();
   REQUIRE(p.server.next_event().event == ucma::kEstablished);
+
+  // Bytes written on the application's end (an untracked dup of the descriptor) are
+  // discarded; the channel lives on.
+  REQUIRE(::send(p.client.app_fd, "junk", 4, 0) == 4);
+  REQUIRE(p.client.watcher.run_ready());
+  CHECK(p.client.service.counters().channels_closed == 0);
 
   // The client process dies: its end of the channel closes, the daemon reads EOF.
   ::close(std::exchange(p.client.app_fd, -1));
@@ -470,7 +476,7 @@ TEST_CASE("ucma: destroying a listener takes its unfetched requests with it (REJ
   CHECK(rejected.status == 28);
 }
 
-TEST_CASE("ucma: a full backlog drops a request without a REJ; the resent REQ finds room", "[ucma]") {
+TEST_CASE("ucma: a full backlog drops a request without a REJ, and the resent REQ finds room", "[ucma]") {
   Pair p;
   p.listen(7174, RDMA_PS_TCP, 1);
   const std::uint32_t first = p.resolve(7174);

@@ -8,6 +8,7 @@
 #include <endian.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <type_traits>
@@ -216,14 +217,20 @@ ucma::Frame UcmaService::create_channel(uid_t uid, const ucma::Frame& request, c
   while (token == 0 || channels_.contains(token)) token = random_();
   channels_.emplace(token, Channel{.token = token, .fd = fd, .uid = uid, .events = {}, .markers = 0});
   ++counters_.channels_opened;
-  // The application never writes on its end: readable means closed (EOF) or broken.
+  // The shim never writes on its end (a write on an untracked duplicate of the descriptor
+  // would): what arrives is discarded, and EOF means every application copy is closed.
   watcher_.watch(fd, [this, token](Instant now) {
     const auto it = channels_.find(token);
     if (it == channels_.end()) return;
-    char byte = 0;
-    const ssize_t n = ::recv(it->second.fd, &byte, 1, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    close_channel(token, now);
+    std::array<char, 512> discard{};
+    for (;;) {
+      const ssize_t n = ::recv(it->second.fd, discard.data(), discard.size(), MSG_DONTWAIT);
+      if (n > 0) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n < 0 && errno == EINTR) continue;
+      close_channel(token, now);
+      return;
+    }
   });
   reply.channel = token;
   return reply;
