@@ -107,6 +107,18 @@ cm_client() {
 
 now_ms() { date +%s%3N; }
 
+# wait_cm_listener VNIC PORT PID: until `rrdma-vnic status VNIC` lists a listener on PORT
+# ("rdma_cm listeners:" lines "  TCP 10.1.2.10:7174  backlog free 3"), for at most 15 s, or
+# until PID exits. Never fails: it only saves the client's retries (cm_client) the wait.
+wait_cm_listener() {
+  local end=$(( SECONDS + 15 ))
+  while (( SECONDS < end )) && kill -0 "$3" 2>/dev/null; do
+    grep -qE ":$2  backlog" <<<"$(host timeout 10 "$RRDMA_VNIC" status "$1" 2>/dev/null)" && return 0
+    sleep 0.2
+  done
+  return 0
+}
+
 CM_STARTED=()
 # cm_stop PID: ends a program cm_start started: SIGTERM, then SIGKILL after 5 s. Returns its
 # exit status (143 or 137 when it had to be stopped).
@@ -190,9 +202,10 @@ PAIR_REFUSE_CLIENT=""  # a grep -E pattern the client's output must not contain
 PAIR_FIGURE=""         # an awk program that prints the figure from the client's output
 PAIR_DECLINE=""        # a grep -E pattern: a clean failure matching it is DECLINED, not FAIL
 PAIR_CLIENT_PROGRAM="" # the client's program when it is not the server's (rdma_server/rdma_client)
+PAIR_PORT=""           # the port the server listens on, when it is not CM_PORT (udaddy's 7174)
 reset_pair_options() {
   PAIR_LIMIT=180; PAIR_SERVER_STAYS=0; PAIR_EXPECT_CLIENT=(); PAIR_EXPECT_SERVER=()
-  PAIR_REFUSE_CLIENT=""; PAIR_FIGURE=""; PAIR_DECLINE=""; PAIR_CLIENT_PROGRAM=""
+  PAIR_REFUSE_CLIENT=""; PAIR_FIGURE=""; PAIR_DECLINE=""; PAIR_CLIENT_PROGRAM=""; PAIR_PORT=""
 }
 
 # cm_pair PROGRAM LABEL SERVER_ARGS -- CLIENT_ARGS: PROGRAM SERVER_ARGS in the background on the
@@ -214,6 +227,7 @@ cm_pair() {
   start=$(now_ms)
   cm_start "$name.server" "$SERVER_NS" "$SERVER_DEV" "$program" "${server_args[@]}"
   server_pid=$CM_PID
+  wait_cm_listener "$SERVER_DEV" "${PAIR_PORT:-$CM_PORT}" "$server_pid"
   cm_client "$name.client" "$PAIR_LIMIT" "$server_pid" "$CLIENT_NS" "$CLIENT_DEV" "$client_program" "${client_args[@]}"
   client_rc=$CM_RC
   local elapsed

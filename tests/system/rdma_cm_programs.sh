@@ -63,6 +63,7 @@ if selected udaddy ""; then
   PAIR_EXPECT_CLIENT=("^return status 0$")
   PAIR_EXPECT_SERVER=("^return status 0$")
   PAIR_REFUSE_CLIENT="event: RDMA_CM_EVENT"
+  PAIR_PORT=7174
   cm_pair udaddy "-C 10 -S 100 (defaults)" -b "$A" -- -s "$A"
 fi
 
