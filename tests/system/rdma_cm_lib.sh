@@ -155,8 +155,13 @@ why() {
 }
 
 # show_output NAME: a program's whole output (its last 60 lines), indented, on stderr.
+# RRDMA_CM_LOG_DIR=DIR also keeps the failed programs' outputs there (with a refused first
+# try's, NAME.refused).
 show_output() {
   local file="$TMPD/$1.out"
+  if [[ -n "${RRDMA_CM_LOG_DIR:-}" ]]; then
+    mkdir -p "$RRDMA_CM_LOG_DIR" && cp "$TMPD/$1".* "$RRDMA_CM_LOG_DIR/" 2>/dev/null
+  fi
   echo "  --- $1 (exit ${2:-?}), last lines of its output:" >&2
   if [[ -s "$file" ]]; then tail -n 60 "$file" | sed 's/^/  | /' >&2; else echo "  | (nothing)" >&2; fi
 }
