@@ -227,7 +227,7 @@ cm_pair() {
   while (( $# )) && [[ $1 != -- ]]; do server_args+=("$1"); shift; done
   [[ ${1:-} == -- ]] && shift
   client_args=("$@")
-  local name="${program}.$CM_PORT" server_rc=0 client_rc pattern problem="" start server_pid
+  local name="${program##*/}.$CM_PORT" server_rc=0 client_rc pattern problem="" start server_pid
   local client_program=${PAIR_CLIENT_PROGRAM:-$program}
   [[ -n "$SERVER_NS" ]] || pair_sides a b
   log "run: [$SERVER_DEV] $program ${server_args[*]}  //  [$CLIENT_DEV] $client_program ${client_args[*]}"
@@ -273,6 +273,7 @@ cm_pair() {
   fi
   local tries=""
   (( CM_TRIES > 1 )) && tries=", client tried $CM_TRIES times (no listener yet)"
+  (( ${CM_PERFTEST_RERUNS:-0} > 0 )) && tries+=", pair run $(( CM_PERFTEST_RERUNS + 1 )) times (perftest's retry bug)"
   if [[ -z "$problem" ]]; then
     local figure=""
     [[ -n "$PAIR_FIGURE" ]] && figure=$(awk "$PAIR_FIGURE" "$TMPD/$name.client.out")
