@@ -65,6 +65,7 @@ class FixedResolver final : public AddressResolver {
 struct Host {
   Host(Wire& wire, stack::Ipv4Address ip, std::uint8_t mac_low)
       : sink(wire, ip), service(config_for(ip, mac_low), sink, resolver, watcher) {}
+  Host(Wire& wire, const UcmaConfig& config) : sink(wire, config.address), service(config, sink, resolver, watcher) {}
 
   static UcmaConfig config_for(stack::Ipv4Address ip, std::uint8_t mac_low) {
     UcmaConfig c;
@@ -80,14 +81,25 @@ struct Host {
 
   // A channel as the shim opens it: returns the application's end; `token` set.
   int open_channel(uid_t uid = 1000) {
+    const int fd = try_open_channel(uid);
+    REQUIRE(fd >= 0);
+    return fd;
+  }
+
+  // -errno when the service refuses the channel (its end of the pair is closed then).
+  int try_open_channel(uid_t uid) {
     int pair[2];
     REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
     control::ReceivedFds fds;
     fds.add(pair[1]);
     const ucma::Frame reply = service.handle(uid, ucma::Frame{.kind = ucma::Kind::CreateChannel, .body = {}}, fds, now);
-    REQUIRE(reply.status == 0);
+    if (reply.status != 0) {
+      ::close(pair[0]);
+      return -static_cast<int>(reply.status);
+    }
     REQUIRE(reply.channel != 0);
     token = reply.channel;
+    if (app_fd >= 0) extra_fds.push_back(app_fd);
     app_fd = pair[0];
     return pair[0];
   }
@@ -133,6 +145,7 @@ struct Host {
 
   ~Host() {
     if (app_fd >= 0) ::close(app_fd);
+    for (int fd : extra_fds) ::close(fd);
   }
 
   FakeWatcher watcher;
@@ -142,6 +155,7 @@ struct Host {
   Instant now{};
   std::uint64_t token = 0;
   int app_fd = -1;
+  std::vector<int> extra_fds;  // earlier channels' application ends
 };
 
 sockaddr_in6 ipv4_address(stack::Ipv4Address ip, std::uint16_t port) {
@@ -503,6 +517,28 @@ TEST_CASE("ucma: a full backlog drops a request without a REJ, and the resent RE
   const auto second_request = p.server.next_event();
   CHECK(second_request.event == ucma::kConnectRequest);
   CHECK(second_request.param.conn.qp_num == 0x12);
+}
+
+TEST_CASE("ucma: a user's channels and a channel's ids are bounded", "[ucma]") {
+  Wire wire;
+  UcmaConfig config = Host::config_for(kServerIp, 1);
+  config.max_channels_per_uid = 3;
+  config.max_ids_per_channel = 2;
+  Host h(wire, config);
+  for (int i = 0; i < 3; ++i) REQUIRE(h.try_open_channel(1000) >= 0);
+  CHECK(h.try_open_channel(1000) == -EMFILE);
+  CHECK(h.service.counters().channels_refused == 1);
+  h.create_id(1);
+  h.create_id(2);
+  rdma_ucm_create_id c{};
+  c.uid = 3;
+  c.ps = RDMA_PS_TCP;
+  CHECK(h.command(RDMA_USER_CM_CMD_CREATE_ID, c).status == ENOMEM);
+  rdma_ucm_destroy_id d{};
+  d.id = 1;
+  REQUIRE(h.command(RDMA_USER_CM_CMD_DESTROY_ID, d).status == 0);
+  CHECK(h.command(RDMA_USER_CM_CMD_CREATE_ID, c).status == 0);
+  CHECK(h.try_open_channel(2000) >= 0);  // another user's budget
 }
 
 TEST_CASE("ucma: hostile and foreign commands are refused, not obeyed", "[ucma]") {

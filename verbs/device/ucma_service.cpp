@@ -32,6 +32,7 @@ constexpr std::uint16_t kEphemeralLow = 32768, kEphemeralHigh = 60999;
 constexpr Duration kResolvePoll = std::chrono::milliseconds(5);
 constexpr int kIbEventCommEst = 8;  // IB_EVENT_COMM_EST
 
+
 template <typename T>
 std::optional<T> read_struct(ByteSpan body) {
   static_assert(std::is_trivially_copyable_v<T>);
@@ -153,7 +154,8 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const UcmaCounters& c) 
           {"connect_requests_rejected_address", c.connect_requests_rejected_address},
           {"address_resolutions", c.address_resolutions},
           {"address_errors", c.address_errors},
-          {"foreign_channel_refused", c.foreign_channel_refused}};
+          {"foreign_channel_refused", c.foreign_channel_refused},
+          {"channels_refused", c.channels_refused}};
 }
 
 const char* UcmaService::state_name(IdState s) {
@@ -212,10 +214,16 @@ ucma::Frame UcmaService::handle(uid_t uid, const ucma::Frame& request, control::
 
 ucma::Frame UcmaService::create_channel(uid_t uid, const ucma::Frame& request, control::ReceivedFds& fds) {
   ucma::Frame reply{.kind = ucma::Kind::CreateChannel, .reply = true, .request_id = request.request_id, .body = {}};
+  const auto held = std::count_if(channels_.begin(), channels_.end(), [uid](const auto& c) { return c.second.uid == uid; });
+  if (static_cast<std::size_t>(held) >= config_.max_channels_per_uid) {
+    ++counters_.channels_refused;
+    reply.status = EMFILE;
+    return reply;  // `fds` closes the descriptor
+  }
   const int fd = fds.release(0);
   std::uint64_t token = 0;
   while (token == 0 || channels_.contains(token)) token = random_();
-  channels_.emplace(token, Channel{.token = token, .fd = fd, .uid = uid, .events = {}, .markers = 0});
+  channels_.emplace(token, Channel{.token = token, .fd = fd, .uid = uid, .events = {}, .markers = 0, .ids = 0});
   ++counters_.channels_opened;
   // The shim never writes on its end (a write on an untracked duplicate of the descriptor
   // would): what arrives is discarded, and EOF means every application copy is closed.
@@ -317,6 +325,7 @@ UcmaService::CmId& UcmaService::new_id(std::uint64_t channel, cm::PortSpace ps, 
   id.ud = ud;
   id.seq_num = static_cast<std::uint32_t>(random_()) & 0xFFFFFF;
   if (ud) id.qkey = kUdpQkey;
+  if (const auto ch = channels_.find(channel); ch != channels_.end()) ++ch->second.ids;
   ++counters_.ids_created;
   return id;
 }
@@ -332,6 +341,7 @@ UcmaService::Reply UcmaService::create_id(Channel& ch, ByteSpan body) {
     case RDMA_PS_IB: ud = cmd->qp_type == IBV_QPT_UD; break;
     default: return {EINVAL, {}};
   }
+  if (ch.ids >= config_.max_ids_per_channel) return {ENOMEM, {}};
   CmId& id = new_id(ch.token, static_cast<cm::PortSpace>(cmd->ps), ud);
   id.uid = cmd->uid;
   return {0, bytes_of(rdma_ucm_create_id_resp{.id = id.id})};
@@ -357,6 +367,8 @@ std::uint32_t UcmaService::destroy(CmId& id, Instant now) {
   if (id.state == IdState::Listen) cm_.unlisten(service_id(id, id.src.port));
   unbind(id);
   const std::uint32_t reported = id.events_reported;
+  if (const auto ch = channels_.find(id.channel); ch != channels_.end()) --ch->second.ids;
+  resolving_.erase(number);
   ids_.erase(number);
   ++counters_.ids_destroyed;
   return reported;
@@ -486,6 +498,7 @@ UcmaService::Reply UcmaService::resolve_ip(Channel& ch, ByteSpan body, Instant n
   id->dst = Endpoint{*destination->ip, destination->port};
   id->state = IdState::AddrQuery;
   id->resolve_deadline = now + std::chrono::milliseconds(std::max<std::uint32_t>(cmd->timeout_ms, 1));
+  resolving_.insert(id->id);
   ++counters_.address_resolutions;
   check_resolution(*id, now);
   return {0, {}};
@@ -497,6 +510,7 @@ void UcmaService::check_resolution(CmId& id, Instant now) {
   const AddressResolver::Reach reach = resolver_.reach(id.dst.ip, now);
   if (reach == AddressResolver::Reach::resolving && now < *id.resolve_deadline) return;
   id.resolve_deadline.reset();
+  resolving_.erase(id.id);
   if (reach == AddressResolver::Reach::reachable) {
     id.state = IdState::AddrResolved;
     queue_event(id.id, QueuedEvent{.id = id.id, .resp = event_for(id, ucma::kAddrResolved, 0)});
@@ -830,6 +844,8 @@ UcmaService::Reply UcmaService::migrate_id(Channel& ch, const ucma::Frame& reque
       }
     }
     id.channel = ch.token;
+    --source->second.ids;
+    ++ch.ids;
     top_up_markers(ch);
   }
   return {0, bytes_of(rdma_ucm_migrate_resp{.events_reported = id.events_reported})};
@@ -944,7 +960,8 @@ void UcmaService::on_connect_request(const cm::CmEvent& e) {
     }
     return;
   }
-  if (listener->backlog == 0) {
+  const auto channel = channels_.find(listener->channel);
+  if (listener->backlog == 0 || channel == channels_.end() || channel->second.ids >= config_.max_ids_per_channel) {
     ++counters_.connect_requests_dropped_backlog;
     cm_.abandon(e.connection, now_);
     return;
@@ -976,11 +993,13 @@ void UcmaService::on_connect_request(const cm::CmEvent& e) {
 // ---------------------------------------------------------------------------------------
 // Time and listing
 
+// Only the ids resolving an address are looked at, never every id.
 std::optional<Instant> UcmaService::next_deadline() const {
   std::optional<Instant> next = cm_.next_deadline();
-  for (const auto& [number, id] : ids_) {
-    if (!id.resolve_deadline) continue;
-    const Instant poll = std::min(*id.resolve_deadline, now_ + kResolvePoll);
+  for (std::uint32_t number : resolving_) {
+    const auto it = ids_.find(number);
+    if (it == ids_.end() || !it->second.resolve_deadline) continue;
+    const Instant poll = std::min(*it->second.resolve_deadline, now_ + kResolvePoll);
     if (!next || poll < *next) next = poll;
   }
   return next;
@@ -989,10 +1008,7 @@ std::optional<Instant> UcmaService::next_deadline() const {
 void UcmaService::advance(Instant now) {
   now_ = now;
   cm_.advance(now);
-  std::vector<std::uint32_t> resolving;
-  for (const auto& [number, id] : ids_) {
-    if (id.resolve_deadline) resolving.push_back(number);
-  }
+  const std::vector<std::uint32_t> resolving(resolving_.begin(), resolving_.end());
   for (std::uint32_t number : resolving) {
     if (const auto it = ids_.find(number); it != ids_.end() && it->second.resolve_deadline) check_resolution(it->second, now);
   }

@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +50,10 @@ struct UcmaConfig {
   std::uint64_t node_guid = 0;          // caps::node_guid: a number whose big-endian bytes are the GUID
   int netdev_mtu = 1500;                // the path MTU is what it allows (iboe_get_mtu)
   rocev2::cm::CmConfig cm{};
+  // Each channel holds a descriptor of the daemon and each id memory: bounds, so that one user
+  // cannot exhaust either (rsockets opens a channel per socket; cmtime makes thousands of ids).
+  std::size_t max_channels_per_uid = 1024;
+  std::size_t max_ids_per_channel = 16384;
 };
 
 struct UcmaCounters {
@@ -66,6 +71,7 @@ struct UcmaCounters {
   std::uint64_t address_resolutions = 0;
   std::uint64_t address_errors = 0;
   std::uint64_t foreign_channel_refused = 0;  // a command naming another user's channel
+  std::uint64_t channels_refused = 0;         // a user holding max_channels_per_uid already
 };
 std::vector<std::pair<std::string, std::uint64_t>> named(const UcmaCounters& counters);
 
@@ -137,6 +143,7 @@ class UcmaService final : private rocev2::cm::CmEventSink {
     uid_t uid = 0;
     std::deque<QueuedEvent> events;
     std::size_t markers = 0;        // written and not yet consumed by a GET_EVENT
+    std::size_t ids = 0;
   };
 
   using Reply = std::pair<int, std::vector<std::uint8_t>>;  // errno, response bytes
@@ -197,6 +204,7 @@ class UcmaService final : private rocev2::cm::CmEventSink {
   std::map<std::uint32_t, CmId> ids_;
   std::map<std::pair<std::uint16_t, std::uint16_t>, std::vector<std::uint32_t>> ports_;  // (ps, port) -> ids
   std::map<std::uint32_t, std::uint32_t> id_of_connection_;  // CM connection -> id
+  std::set<std::uint32_t> resolving_;                         // ids in ADDR_QUERY
   std::uint32_t next_id_ = 1;
   std::mt19937_64 random_;
   UcmaCounters counters_;
