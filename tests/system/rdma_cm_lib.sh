@@ -215,10 +215,10 @@ reset_pair_options() {
   PAIR_REFUSE_CLIENT=""; PAIR_FIGURE=""; PAIR_DECLINE=""; PAIR_CLIENT_PROGRAM=""; PAIR_PORT=""
 }
 
-# cm_pair PROGRAM LABEL SERVER_ARGS -- CLIENT_ARGS: PROGRAM SERVER_ARGS in the background on the
-# server side, then PROGRAM (or PAIR_CLIENT_PROGRAM) CLIENT_ARGS on the client side (cm_client); both must exit 0 (a
-# PAIR_SERVER_STAYS server must still be running), each output must hold its PAIR_EXPECT_*
-# patterns. Logs one row: PASS with the figure and time, DECLINED, or FAIL with both outputs.
+# cm_pair PROGRAM LABEL SERVER_ARGS -- CLIENT_ARGS: PROGRAM SERVER_ARGS in the background on
+# the server side, then PROGRAM (or PAIR_CLIENT_PROGRAM) CLIENT_ARGS on the client side
+# (cm_client); both must exit 0 (a PAIR_SERVER_STAYS server must still be running), each
+# output must hold its PAIR_EXPECT_* patterns. Logs one row: PASS with the figure and time, DECLINED, or FAIL with both outputs.
 # Returns non-zero through fail_case on failure.
 cm_pair() {
   local program=$1 label=$2
@@ -248,6 +248,23 @@ cm_pair() {
     row "$program" "$label" DECLINED "$(grep -hE -- "$PAIR_DECLINE" "$TMPD/$name.client.out" | head -n 1)"
     reset_pair_options
     return 0
+  fi
+  # Debian's perftest 4.5-0.17 -R: when its second connection (the test's QPs) is refused
+  # because the server has not listened again yet (a race of perftest's own, likelier on a
+  # loaded machine), its retry reuses the ids it has just destroyed and dies of SIGSEGV in
+  # rdma_resolve_addr (fixed upstream: perftest 3d9d8d0, "Fix crashes and logical flaws in
+  # RDMA CM connection retry"). Not the vnic's doing: the pair runs again, at most twice.
+  # Its server, then mid-protocol, is stopped at once.
+  if (( client_rc != 0 )) && grep -q "^Event: RDMA_CM_EVENT_REJECTED; error: 8\.$" "$TMPD/$name.client.out" &&
+     (( ${CM_PERFTEST_RERUNS:-0} < 2 )); then
+    log "  perftest's second connection was refused (its server had not listened again yet) and its retry died (exit $client_rc, perftest's bug): the pair again"
+    cp "$TMPD/$name.client.out" "$TMPD/$name.client.rerun$(( ${CM_PERFTEST_RERUNS:-0} + 1 ))"
+    kill -0 "$server_pid" 2>/dev/null && cm_stop "$server_pid"
+    CM_PERFTEST_RERUNS=$(( ${CM_PERFTEST_RERUNS:-0} + 1 ))
+    local rc=0
+    cm_pair "$program" "$label" "${server_args[@]}" -- "${client_args[@]}" || rc=$?
+    CM_PERFTEST_RERUNS=0
+    return "$rc"
   fi
   if (( PAIR_SERVER_STAYS )); then
     if kill -0 "$server_pid" 2>/dev/null; then
@@ -280,22 +297,6 @@ cm_pair() {
     row "$program" "$label" PASS "${figure:+$figure, }${elapsed}s$tries"
     reset_pair_options
     return 0
-  fi
-  # Debian's perftest 4.5-0.17 -R: when its second connection (the test's QPs) is refused
-  # because the server has not listened again yet (a race of perftest's own, likelier on a
-  # loaded machine), its retry reuses the ids it has just destroyed and dies of SIGSEGV in
-  # rdma_resolve_addr (fixed upstream: perftest 3d9d8d0, "Fix crashes and logical flaws in
-  # RDMA CM connection retry"). Not the vnic's doing: the pair runs again, at most twice.
-  if grep -q "^Event: RDMA_CM_EVENT_REJECTED; error: 8\.$" "$TMPD/$name.client.out" &&
-     (( ${CM_PERFTEST_RERUNS:-0} < 2 )); then
-    log "  perftest's second connection was refused (its server had not listened again yet) and its retry died (exit $client_rc, perftest's bug): the pair again"
-    cp "$TMPD/$name.client.out" "$TMPD/$name.client.rerun$(( ${CM_PERFTEST_RERUNS:-0} + 1 ))"
-    kill -0 "$server_pid" 2>/dev/null && cm_stop "$server_pid"
-    CM_PERFTEST_RERUNS=$(( ${CM_PERFTEST_RERUNS:-0} + 1 ))
-    local rc=0
-    cm_pair "$program" "$label" "${server_args[@]}" -- "${client_args[@]}" || rc=$?
-    CM_PERFTEST_RERUNS=0
-    return "$rc"
   fi
   row "$program" "$label" FAIL "${problem%; }"
   show_output "$name.server" "$server_rc"
