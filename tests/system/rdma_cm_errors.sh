@@ -6,7 +6,9 @@
 #                   rping's 2000 ms, not a hang
 #   addr_in_use     a second `rping -s` on the same address and port: EADDRINUSE; the first still serves
 #   client_killed   kill -9 of a connected rping client: the server sees DISCONNECTED and exits,
-#                   vnic B's status forgets the client, the port serves a new pair
+#                   vnic B's status forgets the client, the port serves a new pair (not `rping
+#                   -s -P`: rping 44's persistent mode hands every child's events to the
+#                   listener's state, which its accept loop then misreads, on a kernel too)
 #   server_killed   kill -9 of a listening server (cmtime's, which served a client first): a new REQ
 #                   gets REJECTED 8 at once, and a new server binds the same port
 #   mid_handshake   the server stopped (SIGSTOP) with the client's REQ delivered to it, then killed:
