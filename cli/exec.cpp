@@ -95,6 +95,22 @@ std::string preload_with(const std::string& shim, const char* existing) {
   return std::string(existing) + ":" + shim;
 }
 
+// The shim in our libraries' directory; nullopt, with the reason on stderr, when it is not
+// there or its path cannot be preloaded.
+std::optional<std::string> shim_beside(const fs::path& dir) {
+  const std::string shim = (dir / kShimName).string();
+  std::error_code ec;
+  if (!preloadable(shim)) {
+    std::cerr << "rrdma-vnic: the rdma_cm shim " << shim << " cannot go in LD_PRELOAD (a space or colon in its path)\n";
+    return std::nullopt;
+  }
+  if (!fs::exists(shim, ec)) {
+    std::cerr << "rrdma-vnic: the rdma_cm shim " << shim << " is not installed next to our libibverbs.so.1\n";
+    return std::nullopt;
+  }
+  return shim;
+}
+
 std::optional<Variables> variables_for(const ExecCommands& commands) {
   if (const std::string error = check_device(commands.device); !error.empty()) {
     std::cerr << "rrdma-vnic: " << error << "\n";
@@ -106,16 +122,11 @@ std::optional<Variables> variables_for(const ExecCommands& commands) {
                  "(looked for ../" RRDMA_INSTALL_LIBDIR "/rrdma-ibverbs; set RRDMA_IBVERBS_DIR)\n";
     return std::nullopt;
   }
-  const std::string shim = (*dir / kShimName).string();
-  std::error_code ec;
-  if (!fs::exists(shim, ec) || !preloadable(shim)) {
-    std::cerr << "rrdma-vnic: the rdma_cm shim " << shim
-              << (preloadable(shim) ? " is not installed" : " cannot go in LD_PRELOAD (a space or colon in its path)") << "\n";
-    return std::nullopt;
-  }
+  const auto shim = shim_beside(*dir);
+  if (!shim) return std::nullopt;
   Variables vars;
   vars.library_path = dir->string();
-  vars.preload = preload_with(shim, std::getenv("LD_PRELOAD"));
+  vars.preload = preload_with(*shim, std::getenv("LD_PRELOAD"));
   if (const char* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0')
     vars.library_path += std::string(":") + old;
   vars.devices = commands.device;

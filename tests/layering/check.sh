@@ -25,8 +25,9 @@ libraries=("$@")
 # Header-only vocabulary both sides may name (each includes only others of this list).
 allowed_shared=(rocev2/verbs_codes.h rocev2/opcode.h rocev2/types.h stack/bytes.h)
 forbidden_needed='librrdma_verbs_device|librrdma_rocev2|librrdma_stack|librrdma_vnic|libisal|liburing|libnl'
-# All the shim may need: the contract, the C and C++ runtime, the loader.
-shim_allowed_needed='librrdma_verbs_contract\.so|libc\.so\.6|libstdc\+\+\.so\.6|libm\.so\.6|libgcc_s\.so\.1|ld-linux[-a-z0-9_.]*\.so\.[0-9]+'
+# All the shim may need: the contract, the C and C++ runtime, the loader (and, in a
+# -DRRDMA_SANITIZE=ON build, GCC's sanitizer runtimes).
+shim_allowed_needed='librrdma_verbs_contract\.so|libc\.so\.6|libstdc\+\+\.so\.6|libm\.so\.6|libgcc_s\.so\.1|ld-linux[-a-z0-9_.]*\.so\.[0-9]+|libasan\.so\.[0-9]+|libubsan\.so\.[0-9]+'
 # Demangled names of the daemon's code; the header-only vocabulary is constexpr and defines
 # nothing of these.
 forbidden_defined='rrdma::(stack::|vnic::|rocev2::(Engine|MrTable|Dma|compute_icrc|parse_transport|write_transport)|verbs::(Nic|MrTable|ProcessDma|Resource|Quota))'

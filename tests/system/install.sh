@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The installed program works on its own: `cmake --install` into a fresh prefix, then the
-# installed rrdma-vnic (finding its libraries through its RPATH) creates a vnic and its
+# installed rrdma-vnic (finding its libraries through its RPATH; `env` naming the installed
+# rdma_cm shim, which preloads cleanly) creates a vnic and its
 # bridge, answers ping from a namespace on that bridge, counts the echoes, and `down`
 # removes both the vnic and the bridge it created.
 source "$(dirname "$0")/lib.sh"
@@ -20,6 +21,12 @@ fi
 # It must not lean on the build tree: every librrdma it loads comes from the prefix.
 ldd "$RRDMA_VNIC" | grep librrdma | grep -v "$PREFIX_DIR" &&
   fail "the installed binary loads libraries from outside $PREFIX_DIR"
+# `exec`/`env` name the installed rdma_cm shim, which loads from the prefix alone.
+SHIM=$(env -u LD_PRELOAD "$RRDMA_VNIC" env | sed -n "s/^export LD_PRELOAD='\(.*\)'$/\1/p")
+[[ $SHIM == "$PREFIX_DIR"/*/rrdma-ibverbs/librrdma_ucma.so && -f $SHIM ]] ||
+  fail "installed env: LD_PRELOAD='$SHIM' is not the shim under $PREFIX_DIR"
+ldd "$SHIM" | grep librrdma | grep -v "$PREFIX_DIR" && fail "the installed shim loads libraries from outside $PREFIX_DIR"
+out=$(LD_PRELOAD=$SHIM /bin/true 2>&1) && [[ -z $out ]] || fail "the installed shim does not preload cleanly: $out"
 
 X="${PREFIX}v"
 BR="${PREFIX}b"

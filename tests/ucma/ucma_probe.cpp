@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <thread>
 
 #include "tests/ucma/ucma_probe.h"
 
@@ -145,6 +146,22 @@ void check_polled_event(int fd, std::uint32_t id) {
   set_nonblocking(fd, false);
 }
 
+// rping's pattern: one thread waits in GET_EVENT while another runs commands on the same
+// channel. The fake answers the waiter's first round EAGAIN (a stale marker), then marks
+// `other` readable; only after our DISCONNECT does it queue the event the waiter gets. Were
+// the command mutex held while waiting for a marker, DISCONNECT would never arrive.
+void check_event_while_commanding(int fd, int other) {
+  CHECK(succeeds(fd, RDMA_USER_CM_CMD_NOTIFY, rdma_ucm_notify{77, 0}));  // the cue for the stale marker
+  rdma_ucm_event_resp event{};
+  bool received = false;
+  std::thread waiter([&] { received = get_event(fd, event); });
+  pollfd watch{other, POLLIN, 0};
+  CHECK(::poll(&watch, 1, 120'000) == 1);
+  CHECK(succeeds(fd, RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{77}));
+  waiter.join();
+  CHECK(received && event.id == 77 && event.event == ucma_probe::kEstablished);
+}
+
 void check_migrate(int to, int from) {
   rdma_ucm_migrate_resp migrated{};
   rdma_ucm_migrate_id body{pointer(&migrated), 77, static_cast<std::uint32_t>(from)};
@@ -231,6 +248,7 @@ int run_raw() {
   rdma_ucm_set_option option{pointer(&tos), id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, 1};
   CHECK(succeeds(fd, RDMA_USER_CM_CMD_SET_OPTION, option));  // the cue for DISCONNECTED
   check_polled_event(fd, id);
+  check_event_while_commanding(fd, second);
 
   check_migrate(second, fd);
   rdma_ucm_bind bind{};
@@ -238,7 +256,7 @@ int run_raw() {
   check_query_route(fd);
   check_dup_and_reuse(fd);
   check_fork(fd);
-  CHECK(destroy_id(fd, id) == 2);
+  CHECK(destroy_id(fd, id) == 3);  // ESTABLISHED, DISCONNECTED, ESTABLISHED
 
   CHECK(::close(second) == 0 && ::close(fd) == 0);
   check_daemon_death();

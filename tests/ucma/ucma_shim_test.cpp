@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -30,8 +31,6 @@
 
 #include "verbs/contract/control_protocol.h"
 #include "verbs/contract/ucma_protocol.h"
-
-extern char** environ;
 
 using namespace rrdma;
 namespace ucma = rrdma::verbs::ucma;
@@ -102,6 +101,15 @@ class FakeDaemon {
     REQUIRE(arrived);
     return *found;
   }
+  // Waits until `count` commands seen match.
+  void wait_count(const std::function<bool(const Seen&)>& match, int count) {
+    std::unique_lock lock(mutex_);
+    REQUIRE(changed_.wait_for(lock, kPatience, [&] {
+      int matched = 0;
+      for (const auto& seen : seen_) matched += match(seen);
+      return matched >= count;
+    }));
+  }
   Seen wait_command(std::uint32_t command) {
     return wait_command([command](const Seen& seen) { return seen.frame.command == command; });
   }
@@ -111,7 +119,7 @@ class FakeDaemon {
   }
   void wait_channels(std::size_t count) {
     std::unique_lock lock(mutex_);
-    REQUIRE(changed_.wait_for(lock, kPatience, [&] { return next_channel_ >= count; }));
+    REQUIRE(changed_.wait_for(lock, kPatience, [&] { return channels_answered_ >= count; }));
   }
 
   // An event for GET_EVENT on `token`, announced by one marker.
@@ -211,12 +219,27 @@ class FakeDaemon {
   bool serve_ucma(int fd, int connection) {
     ucma::Received received = ucma::receive_frame(fd);
     if (received.error != control::IoError::None) return false;
-    ucma::Frame reply = received.frame.kind == ucma::Kind::CreateChannel ? create_channel(received.fds.release(0))
-                                                                         : answer(received.frame, connection);
+    const bool creates = received.frame.kind == ucma::Kind::CreateChannel;
+    Seen seen{connection, received.frame, 0, 0};
+    ucma::Frame reply = creates ? create_channel(received.fds.release(0)) : answer(received.frame, seen);
     reply.kind = received.frame.kind;
     reply.reply = true;
     reply.request_id = received.frame.request_id;
-    return ucma::send_frame(fd, reply) == control::IoError::None;
+    const bool sent = ucma::send_frame(fd, reply) == control::IoError::None;
+    record(creates, std::move(seen));
+    return sent;
+  }
+
+  // Made known to the test only once answered, so that what the test does next (die()) cannot
+  // cut the reply off.
+  void record(bool created_channel, Seen seen) {
+    std::lock_guard lock(mutex_);
+    if (created_channel) {
+      ++channels_answered_;
+    } else {
+      seen_.push_back(std::move(seen));
+    }
+    changed_.notify_all();
   }
 
   ucma::Frame create_channel(int daemon_end) {
@@ -224,15 +247,13 @@ class FakeDaemon {
     ucma::Frame reply;
     reply.channel = kFirstToken + next_channel_++;
     channels_[reply.channel] = daemon_end;
-    changed_.notify_all();
     return reply;
   }
 
   // What the kernel would answer, reduced to what the probes look at.
-  ucma::Frame answer(const ucma::Frame& request, int connection) {
+  ucma::Frame answer(const ucma::Frame& request, Seen& seen) {
     std::lock_guard lock(mutex_);
     ucma::Frame reply;
-    Seen seen{connection, request, 0, 0};
     switch (request.command) {
       case RDMA_USER_CM_CMD_CREATE_ID: {
         seen.assigned_id = next_id_++;
@@ -256,8 +277,6 @@ class FakeDaemon {
       default: break;
     }
     seen.status = reply.status;
-    seen_.push_back(std::move(seen));
-    changed_.notify_all();
     return reply;
   }
 
@@ -284,17 +303,28 @@ class FakeDaemon {
   std::vector<std::thread> servers_;
   std::map<std::uint64_t, int> channels_;  // token -> the daemon's end
   std::uint64_t next_channel_ = 0;
+  std::size_t channels_answered_ = 0;
   std::map<std::uint64_t, std::vector<rdma_ucm_event_resp>> events_;
   std::map<std::uint32_t, std::uint32_t> delivered_;  // id -> events answered
   std::vector<Seen> seen_;
   std::uint32_t next_id_ = 77;
 };
 
+// In a -DRRDMA_SANITIZE=ON build the preloaded shim comes before the probe's own ASan runtime
+// in the library list, which ASan refuses unless told it is fine.
+std::string sanitizer_options() {
+  const char* inherited = std::getenv("ASAN_OPTIONS");
+  const std::string options = inherited != nullptr && *inherited != '\0' ? std::string(inherited) + ":" : "";
+  return "ASAN_OPTIONS=" + options + "verify_asan_link_order=0";
+}
+
 // ucma_probe with the shim preloaded; killed if the test gives up on it.
 class Probe {
  public:
   Probe(const std::string& mode, const FakeDaemon& daemon, const std::vector<std::string>& extra_env) {
-    std::vector<std::string> env = {"LD_PRELOAD=" RRDMA_UCMA_SHIM, "RRDMA_RUN_DIR=" + daemon.dir().string()};
+    std::vector<std::string> env = {"LD_PRELOAD=" RRDMA_UCMA_SHIM, "RRDMA_RUN_DIR=" + daemon.dir().string(),
+                                    sanitizer_options()};
+    if (const char* ubsan = std::getenv("UBSAN_OPTIONS")) env.push_back(std::string("UBSAN_OPTIONS=") + ubsan);
     env.insert(env.end(), extra_env.begin(), extra_env.end());
     std::vector<char*> envp;
     for (auto& entry : env) envp.push_back(entry.data());
@@ -370,10 +400,21 @@ TEST_CASE("ucma: the shim carries raw ucma commands, events and closes to the da
   CHECK((set.id == 77 && set.level == RDMA_OPTION_ID && set.optname == RDMA_OPTION_ID_TOS && set.optlen == 1));
   daemon.queue_event(first, event(0x1122334455667788, 77, kDisconnected, ""));
 
+  // One thread waits in GET_EVENT (past a stale marker: EAGAIN), another sends DISCONNECT on
+  // the same channel; only then comes the waiter's event. Channels are numbered in open order.
+  const std::uint64_t second = first + 1;
+  daemon.wait_command(RDMA_USER_CM_CMD_NOTIFY);
+  daemon.write_stale_marker(first);
+  const auto stale = [](const Seen& seen) { return seen.frame.command == RDMA_USER_CM_CMD_GET_EVENT && seen.status == EAGAIN; };
+  daemon.wait_count(stale, 2);
+  daemon.write_stale_marker(second);  // tells the probe the waiter is past its EAGAIN
+  const Seen disconnect = daemon.wait_command(RDMA_USER_CM_CMD_DISCONNECT);
+  CHECK(disconnect.frame.channel == first);
+  daemon.queue_event(first, event(0x1122334455667788, 77, kEstablished, "again"));
+
   // MIGRATE_ID on the second channel names the first by token.
   const Seen migrate = daemon.wait_command(RDMA_USER_CM_CMD_MIGRATE_ID);
-  const std::uint64_t second = migrate.frame.channel;
-  CHECK(second != first);
+  CHECK(migrate.frame.channel == second);
   CHECK(migrate.frame.aux_channel == first);
   CHECK(migrate.frame.body.size() == sizeof(rdma_ucm_migrate_id));
 
@@ -394,10 +435,11 @@ TEST_CASE("ucma: the shim carries raw ucma commands, events and closes to the da
   daemon.die();
   CHECK(probe.wait_exit() == 0);
 
-  // Two GET_EVENTs answered events, one EAGAIN; the O_NONBLOCK one never left the process.
+  // Three GET_EVENTs answered events, two EAGAIN (stale markers); those under O_NONBLOCK with
+  // no marker never left the process.
   int get_events = 0;
   for (const auto& seen : daemon.seen()) get_events += seen.frame.command == RDMA_USER_CM_CMD_GET_EVENT;
-  CHECK(get_events == 3);
+  CHECK(get_events == 5);
 }
 
 #ifdef RRDMA_HAVE_LIBRDMACM

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
@@ -39,6 +40,17 @@ std::optional<T> read_struct(ByteSpan body) {
   if (body.size() < sizeof(T)) return std::nullopt;
   T value;
   std::memcpy(&value, body.data(), sizeof(T));
+  return value;
+}
+
+// CONNECT and ACCEPT as the kernel takes them: a body that ends after `reserved` (a
+// librdmacm from before ECE) is the structure with a zero ECE.
+template <typename T>
+std::optional<T> read_struct_without_ece(ByteSpan body) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  if (body.size() < offsetof(T, ece)) return std::nullopt;
+  T value{};
+  std::memcpy(&value, body.data(), std::min(body.size(), sizeof(T)));
   return value;
 }
 
@@ -594,7 +606,7 @@ UcmaService::Reply UcmaService::listen(Channel& ch, ByteSpan body) {
 }
 
 UcmaService::Reply UcmaService::connect(Channel& ch, ByteSpan body, Instant now) {
-  const auto cmd = read_struct<rdma_ucm_connect>(body);
+  const auto cmd = read_struct_without_ece<rdma_ucm_connect>(body);
   if (!cmd) return {EINVAL, {}};
   CmId* id = id_on(ch, cmd->id);
   if (id == nullptr || id->state != IdState::RouteResolved || !cmd->conn_param.valid) return {EINVAL, {}};
@@ -639,7 +651,7 @@ UcmaService::Reply UcmaService::connect(Channel& ch, ByteSpan body, Instant now)
 }
 
 UcmaService::Reply UcmaService::accept(Channel& ch, ByteSpan body, Instant now) {
-  const auto cmd = read_struct<rdma_ucm_accept>(body);
+  const auto cmd = read_struct_without_ece<rdma_ucm_accept>(body);
   if (!cmd) return {EINVAL, {}};
   CmId* id = id_on(ch, cmd->id);
   if (id == nullptr || id->state != IdState::Connect || !id->connection) return {EINVAL, {}};
