@@ -168,6 +168,29 @@ show_output() {
   if [[ -s "$file" ]]; then tail -n 60 "$file" | sed 's/^/  | /' >&2; else echo "  | (nothing)" >&2; fi
 }
 
+# rping_teardown_race FILE: FILE (an rping's output) ends with its event thread's
+# "rdma_get_cm_event: Bad file descriptor" right after its "DISCONNECT EVENT...": rping's own
+# race at exit. Its main thread destroys the id (which waits until the thread has acked the
+# DISCONNECTED event) and closes the channel; the event thread, back from the ack, calls
+# rdma_get_cm_event on the closed descriptor and exits 255 (`exit(ret)`), before main's
+# `return 0` when it wins the race. A kernel's write() on a closed descriptor is EBADF as
+# well; the window is wider here only because destroying an id is a round trip to the daemon,
+# and a loaded 2-core machine preempts the thread inside it. Seen once in ~100 rping runs.
+rping_teardown_race() {
+  [[ "$(tail -n 2 "$1")" == *"DISCONNECT EVENT..."$'\n'"rdma_get_cm_event: Bad file descriptor" ]]
+}
+# forgive_rping_race NAME RC: sets RC_OUT to RC, or to 0 (and adds to RACE_NOTE) when NAME's
+# output is an rping's that lost only rping_teardown_race.
+RACE_NOTE=""
+forgive_rping_race() {
+  RC_OUT=$2
+  if [[ "$2" == 255 ]] && rping_teardown_race "$TMPD/$1.out"; then
+    RACE_NOTE+=", $1: rping's exit race (EBADF after DISCONNECTED) forgiven"
+    log "  $1: exit 255 from rping's own teardown race (rdma_get_cm_event on its closed channel), counted as 0"
+    RC_OUT=0
+  fi
+}
+
 ROWS=()
 # row PROGRAM ARGS RESULT FIGURE: one line of the table printed at the end, logged now.
 row() {
@@ -266,6 +289,8 @@ cm_pair() {
     CM_PERFTEST_RERUNS=0
     return "$rc"
   fi
+  RACE_NOTE=""
+  if [[ $client_program == rping ]]; then forgive_rping_race "$name.client" "$client_rc"; client_rc=$RC_OUT; fi
   if (( PAIR_SERVER_STAYS )); then
     if kill -0 "$server_pid" 2>/dev/null; then
       cm_stop "$server_pid" || true
@@ -276,6 +301,7 @@ cm_pair() {
   else
     cm_wait "$server_pid" 60
     server_rc=$CM_RC
+    if [[ $program == rping ]]; then forgive_rping_race "$name.server" "$server_rc"; server_rc=$RC_OUT; fi
   fi
   (( client_rc == 0 )) || problem+="client exit $client_rc$( (( client_rc == 124 || client_rc == 137 )) && echo " (timed out after ${PAIR_LIMIT}s)"); "
   (( PAIR_SERVER_STAYS || server_rc == 0 )) || problem+="server exit $server_rc$( (( server_rc == 124 )) && echo " (still running 60 s after the client)"); "
@@ -294,7 +320,7 @@ cm_pair() {
   if [[ -z "$problem" ]]; then
     local figure=""
     [[ -n "$PAIR_FIGURE" ]] && figure=$(awk "$PAIR_FIGURE" "$TMPD/$name.client.out")
-    row "$program" "$label" PASS "${figure:+$figure, }${elapsed}s$tries"
+    row "$program" "$label" PASS "${figure:+$figure, }${elapsed}s$tries$RACE_NOTE"
     reset_pair_options
     return 0
   fi
