@@ -7,6 +7,8 @@
 # arguments, result, figure (the program's own bandwidth or latency line).
 #
 # RRDMA_IBVERBS_ROWS=REGEX runs only the rows whose "program arguments" match (debugging).
+# The rdma_cm programs (rping, ucmatose, perftest -R...) are in tests/system/rdma_cm_*.sh
+# (docs/TESTING.md says why).
 source "$(dirname "$0")/../system/lib.sh"
 TEST_DEADLINE=${RRDMA_TEST_DEADLINE:-1700}
 init_test i
