@@ -32,6 +32,7 @@ OUT=$(realpath -m "$OUT")
 [[ -n "${RRDMA_FRAME_SENDER:-}" && -x "$RRDMA_FRAME_SENDER" ]] || fail "RRDMA_FRAME_SENDER is not set"
 require_interop
 require_system
+# shellcheck disable=SC2034  # read by init_test (system/lib.sh)
 TEST_DEADLINE=600
 interop_init x
 
