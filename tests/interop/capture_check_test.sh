@@ -176,6 +176,7 @@ else:
             server = (bytes(frame[0:6]), bytes(frame[30:34]))
         frame[34:36] = struct.pack(">H", ROCE_PORT)
         seal(frame)
+        frame.release()
     cm = bytearray(open(cm_capture, "rb").read())
     inserted = bytearray()
     for index, (o, n) in enumerate(frames_of(cm)):
@@ -195,7 +196,8 @@ else:
             frame[mad + 24 + 12:mad + 24 + 15] = (0x11).to_bytes(3, "big")
         seal(frame)
         inserted += block
-    first = frames_of(data)[0][0] - 28
+        frame.release()
+    first = frames_of(data)[0][0]
     data[first:first] = inserted
 open(out, "wb").write(data)
 PY
