@@ -72,6 +72,12 @@ void ArpCache::enqueue(Ipv4Address address, PendingPacket packet, Instant now) {
   entry->waiting.push_back(std::move(packet));
 }
 
+bool ArpCache::solicit(Ipv4Address address, Instant now) {
+  if (Entry* entry = find(address)) return entry->state != State::incomplete;
+  send_request(insert(address), now);
+  return false;
+}
+
 bool ArpCache::update(Ipv4Address address, const MacAddress& mac, Instant now, bool create) {
   Entry* entry = find(address);
   if (!entry && !create) return false;

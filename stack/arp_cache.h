@@ -63,6 +63,10 @@ class ArpCache {
   // If the address is already known the packet goes out at once.
   void enqueue(Ipv4Address address, PendingPacket packet, Instant now);
 
+  // Starts resolving `address` if it is neither known nor being resolved, with no packet to
+  // send (an rdma_cm address resolution asks before it has anything to send). Returns
+  // whether the MAC is known now.
+  bool solicit(Ipv4Address address, Instant now);
   // An ARP packet said `address` is at `mac` (RFC 826 "merge"): an existing entry is
   // updated and confirmed, and its waiting packets sent; a new entry is made only when
   // `create` (the packet was addressed to us). Returns true if an entry was updated or made.

@@ -97,6 +97,13 @@ std::size_t Interface::run_loopback(Instant now, const LoopbackObserver& observe
   return impl_->run_loopback(now, observe);
 }
 
+Reach Interface::reach(Ipv4Address destination, Instant now) {
+  if (destination == impl_->config.address) return Reach::reachable;
+  const auto hop = impl_->next_hop(destination);
+  if (!hop) return Reach::unroutable;
+  return impl_->arp.solicit(*hop, now) ? Reach::reachable : Reach::resolving;
+}
+
 bool Interface::loopback_pending() const { return !impl_->loopback.empty(); }
 
 void Interface::set_observer(StackObserver* observer) { impl_->observer = observer; }

@@ -91,6 +91,13 @@ struct UdpSend {
   std::uint8_t ecn = 0;
 };
 
+// Whether packets to a destination can leave now (Interface::reach).
+enum class Reach {
+  reachable,   // the next hop's MAC is known, or the destination is our own address
+  resolving,   // ARP is asking for the next hop (started by the call if need be)
+  unroutable,  // off-link destination and no gateway
+};
+
 enum class SendResult {
   sent,        // handed to the FrameSink
   queued,      // waiting for ARP to resolve the next hop
@@ -162,6 +169,10 @@ class Interface {
   // Builds an IPv4/UDP packet from us to `request.destination` and sends it, or queues it
   // until ARP resolves the next hop. `finalizer` (may be null) writes the trailer.
   SendResult send_udp(const UdpSend& request, Instant now, PacketFinalizer* finalizer = nullptr);
+
+  // Whether `destination` is reachable now, starting ARP for its next hop if it is not:
+  // rdma_resolve_addr asks this until it is reachable or its timeout passes.
+  Reach reach(Ipv4Address destination, Instant now);
 
   // Packets to our own address (a RoCE QP connected to another QP of the same vnic) never
   // reach the frame sink: like Linux's loopback device, send_udp() queues them and this

@@ -194,6 +194,8 @@ std::vector<std::pair<std::string_view, std::uint64_t>> ControlServer::named_cou
   return {{"admin_requests", c.admin_requests},
           {"verbs_requests", c.verbs_requests},
           {"verbs_bad_frames", c.verbs_bad_frames},
+          {"ucma_requests", c.ucma_requests},
+          {"ucma_bad_frames", c.ucma_bad_frames},
           {"connections", c.connections},
           {"connections_open", c.connections_open},
           {"refused_per_uid_limit", c.refused_per_uid_limit},
@@ -309,15 +311,23 @@ void ControlServer::admit(int fd) {
 // frame is then received whole with its fds by verbs::control::receive_message).
 void ControlServer::serve(int fd) {
   for (;;) {
-    std::uint8_t first = 0;
-    const ssize_t peeked = ::recv(fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+    std::array<std::uint8_t, 4> first{};
+    const ssize_t peeked = ::recv(fd, first.data(), first.size(), MSG_PEEK | MSG_DONTWAIT);
     if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (peeked <= 0) {
       drop(fd);
       return;
     }
-    const bool verbs_frame = verbs_ && !verbs::control::is_admin_json(ByteSpan(&first, 1));
-    if (!(verbs_frame ? serve_verbs(fd) : serve_admin(fd))) return;
+    const ByteSpan start(first.data(), static_cast<std::size_t>(peeked));
+    bool more = false;
+    if (verbs::ucma::is_ucma_frame(start)) {
+      more = serve_ucma(fd);
+    } else if (verbs_ && !verbs::control::is_admin_json(start.first(1))) {
+      more = serve_verbs(fd);
+    } else {
+      more = serve_admin(fd);
+    }
+    if (!more) return;
   }
 }
 
@@ -413,6 +423,24 @@ bool ControlServer::serve_verbs(int fd) {
   }
   const verbs::control::Message reply = verbs_->request(connection.id, received.message, received.fds);
   if (verbs::control::send_message(fd, reply, {}) != verbs::control::IoError::None) {
+    drop(fd);
+    return false;
+  }
+  return true;
+}
+
+bool ControlServer::serve_ucma(int fd) {
+  verbs::ucma::Received received = verbs::ucma::receive_frame(fd);
+  if (received.error == verbs::control::IoError::WouldBlock) return false;
+  if (received.error != verbs::control::IoError::None || received.frame.reply || !ucma_) {
+    if (received.error != verbs::control::IoError::PeerClosed) ++counters_.ucma_bad_frames;
+    drop(fd);
+    return false;
+  }
+  ++requests_;
+  ++counters_.ucma_requests;
+  const verbs::ucma::Frame reply = ucma_(clients_[fd].peer, received.frame, received.fds);
+  if (verbs::ucma::send_frame(fd, reply) != verbs::control::IoError::None) {
     drop(fd);
     return false;
   }

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "verbs/contract/control_protocol.h"
+#include "verbs/contract/ucma_protocol.h"
 #include "vnic/control_limits.h"
 #include "vnic/event_loop.h"
 
@@ -64,6 +65,8 @@ struct ControlServerCounters {
   std::uint64_t admin_requests = 0;
   std::uint64_t verbs_requests = 0;
   std::uint64_t verbs_bad_frames = 0;   // connection dropped
+  std::uint64_t ucma_requests = 0;
+  std::uint64_t ucma_bad_frames = 0;    // connection dropped
   std::uint64_t connections = 0;        // accepted and kept
   std::uint64_t connections_open = 0;   // now (a gauge)
   std::uint64_t refused_per_uid_limit = 0;  // closed at once: its uid held the maximum
@@ -110,6 +113,12 @@ class ControlServer {
   using StreamHandler = std::function<void(const nlohmann::json& request, int fd)>;
   void add_stream_command(std::string cmd, StreamHandler take);
 
+  // ucma frames (first bytes 0x89 'R' 'C' 'M', verbs/contract/ucma_protocol.h) from the
+  // rdma_cm shim: each gets the handler's reply. Without a handler they end the connection.
+  using UcmaHandler = std::function<verbs::ucma::Frame(const PeerCredentials& peer, const verbs::ucma::Frame& request,
+                                                       verbs::control::ReceivedFds& fds)>;
+  void set_ucma_handler(UcmaHandler handler) { ucma_ = std::move(handler); }
+
   // Closes the connection of verbs client `client_id` (the daemon evicts it), as if its peer
   // had closed it: VerbsHooks::disconnected runs. False if no such connection.
   bool disconnect(std::uint64_t client_id);
@@ -130,6 +139,7 @@ class ControlServer {
   void serve(int fd);
   bool serve_admin(int fd);
   bool serve_verbs(int fd);
+  bool serve_ucma(int fd);
   bool hand_over_stream(int fd, const nlohmann::json& request, std::string_view cmd);
   bool send_reply(int fd, const nlohmann::json& reply);
   void log_request(const PeerCredentials& peer, std::string_view message);
@@ -141,6 +151,7 @@ class ControlServer {
   EventLoop& loop_;
   RequestHandler handler_;
   std::optional<VerbsHooks> verbs_;
+  UcmaHandler ucma_;
   ControlServerLimits limits_;
   int listen_fd_ = -1;
   // /dev/null, held so that at EMFILE one descriptor can be freed to accept (and close)

@@ -16,6 +16,7 @@
 #include "stack/interface.h"
 #include "verbs/device/device_caps.h"
 #include "verbs/device/nic.h"
+#include "verbs/device/ucma_service.h"
 #include "vnic/capture.h"
 #include "vnic/control.h"
 #include "vnic/event_loop.h"
@@ -104,6 +105,36 @@ class LoopWatcher final : public verbs::FdWatcher {
   EventLoop* loop_ = nullptr;
 };
 
+// The connection manager's MADs leave from QP 1 (rocev2/gsi.h); a MAD to our own address
+// goes through the stack's loopback queue, so the manager is never re-entered from here.
+class GsiMadSink final : public rocev2::cm::CmMadSink {
+ public:
+  void attach(rocev2::GsiEndpoint& gsi) { gsi_ = &gsi; }
+  void send_cm_mad(stack::Ipv4Address destination, rocev2::MadSpan mad, Instant now) override {
+    if (gsi_ != nullptr) gsi_->send(destination, mad, now);
+  }
+
+ private:
+  rocev2::GsiEndpoint* gsi_ = nullptr;
+};
+
+// rdma_resolve_addr's question to the vnic's stack (ARP for the next hop).
+class StackResolver final : public verbs::AddressResolver {
+ public:
+  void attach(stack::Interface& interface) { interface_ = &interface; }
+  Reach reach(stack::Ipv4Address destination, Instant now) override {
+    switch (interface_->reach(destination, now)) {
+      case stack::Reach::reachable: return Reach::reachable;
+      case stack::Reach::resolving: return Reach::resolving;
+      case stack::Reach::unroutable: return Reach::unroutable;
+    }
+    return Reach::unroutable;
+  }
+
+ private:
+  stack::Interface* interface_ = nullptr;
+};
+
 // The gid of `up --group`, resolved when the daemon starts.
 std::optional<gid_t> resolve_group(const std::optional<std::string>& name) {
   if (!name) return std::nullopt;
@@ -175,6 +206,7 @@ class Daemon::Impl {
   void create_tap();
   void start_loop();
   void start_nic(std::vector<std::string>& notes);
+  void start_rdma_cm();
   void add_nic_timer_sources();
   verbs::Quotas choose_quotas(std::vector<std::string>& notes);
   void watch_link();
@@ -206,10 +238,12 @@ class Daemon::Impl {
   LoopWatcher watcher_;
   std::optional<RocePort> roce_;
   std::optional<verbs::Nic> nic_;
-  // QP 1: management datagrams, on the RoCE port beside the Nic. Until the CM exists, the
-  // MADs it accepts are counted and dropped by the stand-in handler.
+  // QP 1: management datagrams, on the RoCE port beside the Nic; the MADs it accepts go to
+  // the connection manager that the rdma_cm device (ucma_) owns.
   std::optional<rocev2::GsiEndpoint> gsi_;
-  rocev2::DiscardingMadHandler mads_without_cm_;
+  GsiMadSink cm_mads_;
+  StackResolver resolver_;
+  std::optional<verbs::UcmaService> ucma_;
   DescriptorReport descriptors_;  // what raise_fd_limit() got
   std::optional<Telemetry> telemetry_;  // `rrdma-vnic stats` (RoCE part) and `trace`
   // The ifindex of the TAP this daemon made, 0 until TUNSETIFF succeeded. Only that
@@ -351,14 +385,38 @@ void Daemon::Impl::start_nic(std::vector<std::string>& notes) {
   });
   roce_->attach(&*nic_);
   gsi_.emplace(*roce_);
-  gsi_->set_handler(&mads_without_cm_);
   roce_->attach_gsi(&*gsi_);
   telemetry_.emplace(*loop_, *capture_);
+  start_rdma_cm();
   roce_->set_observer(&*telemetry_);
   nic_->set_engine_observer(&*telemetry_);
   gsi_->set_observer(&*telemetry_);
   interface_->set_observer(&*telemetry_);
   add_nic_timer_sources();
+}
+
+// The rdma_cm device (docs/RDMA_CM.md): its connection manager on QP 1, its timers (CM
+// resends, timewait, address resolution) as a timer source, its commands through the control
+// socket (start_control).
+void Daemon::Impl::start_rdma_cm() {
+  std::random_device random;
+  verbs::UcmaConfig config;
+  config.address = config_.address.address;
+  config.node_guid = verbs::caps::node_guid(config_.mac);
+  config.netdev_mtu = config_.mtu;
+  config.cm.local_ca_guid = config.node_guid;
+  config.cm.local_address = config_.address.address;
+  config.cm.tid_high = random();
+  config.cm.first_comm_id = random();
+  cm_mads_.attach(*gsi_);
+  resolver_.attach(*interface_);
+  ucma_.emplace(config, cm_mads_, resolver_, watcher_);
+  ucma_->cm().set_observer(&*telemetry_);
+  gsi_->set_handler(&ucma_->cm());
+  loop_->add_timer_source([this](Instant now) {
+    ucma_->advance(now);
+    return ucma_->next_deadline();
+  });
 }
 
 void Daemon::Impl::add_nic_timer_sources() {
@@ -460,6 +518,10 @@ void Daemon::Impl::start_control() {
     log_line("client " + std::to_string(client) + ": its address space is gone (exec or exit); closing its connection");
     control_->disconnect(client);
   });
+  control_->set_ucma_handler([this](const PeerCredentials& peer, const verbs::ucma::Frame& request,
+                                    verbs::control::ReceivedFds& fds) {
+    return ucma_->handle(peer.uid, request, fds, Clock::now());
+  });
   control_->add_stream_command("capture", [this](const nlohmann::json& request, int fd) { capture_->start(fd, request); });
   control_->add_stream_command("trace", [this](const nlohmann::json& request, int fd) { telemetry_->start_trace(fd, request); });
 }
@@ -496,8 +558,10 @@ nlohmann::json Daemon::Impl::handle(const nlohmann::json& request, const PeerCre
 nlohmann::json Daemon::Impl::status(Instant now) {
   DescriptorReport descriptors = descriptors_;
   descriptors.open = open_descriptors();
-  return status_json(StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now), nic_->listing(),
+  nlohmann::json status = status_json(StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now), nic_->listing(),
                                   descriptors, nic_->quotas(), nic_->quota_use()});
+  status["rdma_cm"] = ucma_->listing();
+  return status;
 }
 
 nlohmann::json Daemon::Impl::stats() {
@@ -507,7 +571,8 @@ nlohmann::json Daemon::Impl::stats() {
   add_layer(stats, "roce", roce_->named_counters());
   add_layer(stats, "engine", named(nic_->engine_counters()));
   add_layer(stats, "gsi", rocev2::named(gsi_->counters()));
-  stats["gsi"]["rx_discarded_no_cm"] = mads_without_cm_.discarded();
+  for (const auto& [name, value] : rocev2::cm::named(ucma_->cm().counters())) stats["cm"][name] = value;
+  for (const auto& [name, value] : verbs::named(ucma_->counters())) stats["rdma_cm"][name] = value;
   add_layer(stats, "verbs", named(nic_->counters()));
   add_layer(stats, "dma", named(nic_->dma_counters()));
   for (const auto& [name, value] : named(nic_->quota_refusals())) stats["quotas"][name] = value;
@@ -540,6 +605,8 @@ void Daemon::Impl::tear_down() {
       link_monitor_.reset();
     }
     nic_.reset();
+    if (gsi_) gsi_->set_handler(nullptr);
+    ucma_.reset();
     if (roce_) roce_->attach_gsi(nullptr);
     gsi_.reset();
     roce_.reset();

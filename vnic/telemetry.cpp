@@ -43,6 +43,10 @@ void Telemetry::on_gsi_sent(const rocev2::TransportPacket& packet, bool accepted
   tracer_.gsi(true, packet, rocev2::GsiDrop::none, accepted);
 }
 
+void Telemetry::on_cm_transition(rocev2::cm::ConnectionId c, rocev2::cm::CmState from, rocev2::cm::CmState to) {
+  if (tracer_.active()) tracer_.note(TraceLayer::Cm, rocev2::cm::describe_transition(c, from, to));
+}
+
 void Telemetry::arp_resolved(stack::Ipv4Address address, const stack::MacAddress& mac) {
   if (tracer_.active()) tracer_.note(TraceLayer::Arp, "arp resolved " + address.to_string() + " is at " + mac.to_string());
 }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rocev2/engine/ports.h"
+#include "rocev2/cm/cm.h"
 #include "rocev2/gsi.h"
 #include "stack/interface.h"
 #include "vnic/capture.h"
@@ -21,6 +22,7 @@ namespace rrdma::vnic {
 
 class Telemetry final : public rocev2::EngineObserver,
                         public rocev2::GsiObserver,
+                        public rocev2::cm::CmObserver,
                         public TransportObserver,
                         public stack::StackObserver {
  public:
@@ -46,6 +48,8 @@ class Telemetry final : public rocev2::EngineObserver,
   // rocev2::GsiObserver
   void on_gsi_received(const rocev2::TransportPacket& packet, rocev2::GsiDrop drop) override;
   void on_gsi_sent(const rocev2::TransportPacket& packet, bool accepted) override;
+  // rocev2::cm::CmObserver: each state change of a connection, a `cm` trace line
+  void on_cm_transition(rocev2::cm::ConnectionId c, rocev2::cm::CmState from, rocev2::cm::CmState to) override;
   // stack::StackObserver
   void arp_resolved(stack::Ipv4Address address, const stack::MacAddress& mac) override;
   void arp_failed(stack::Ipv4Address address, std::size_t dropped_packets) override;

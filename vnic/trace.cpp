@@ -10,6 +10,9 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "rocev2/cm/cma.h"
+#include "rocev2/cm/mad.h"
+#include "rocev2/gsi.h"
 #include "rocev2/opcode.h"
 #include "rocev2/types.h"
 #include "rocev2/wire.h"
@@ -23,11 +26,37 @@
 namespace rrdma::vnic {
 namespace {
 
+// A MAD in one line: a CM message decoded (with the CMA header's addresses where a REQ or
+// SIDR_REQ carries one), any other class by its header fields.
+std::string describe_mad(rocev2::MadSpan mad) {
+  const auto header = rocev2::peek_mad_header(mad);
+  if (const auto message = rocev2::cm::parse_cm_mad(ByteSpan(mad.data(), mad.size()))) {
+    std::string line = rocev2::cm::describe(*message);
+    ByteSpan private_data;
+    if (const auto* req = std::get_if<rocev2::cm::Req>(&message->body)) private_data = req->private_data.bytes;
+    if (const auto* sidr = std::get_if<rocev2::cm::SidrReq>(&message->body)) private_data = sidr->private_data.bytes;
+    if (const auto cma = rocev2::cm::parse_cma_header(private_data)) {
+      const auto source = rocev2::cm::cma_source_ipv4(*cma);
+      const auto destination = rocev2::cm::cma_destination_ipv4(*cma);
+      if (source && destination) {
+        line += " cma " + source->to_string() + ":" + std::to_string(cma->source_port) + " -> " + destination->to_string();
+      }
+    }
+    return line;
+  }
+  char text[128];
+  std::snprintf(text, sizeof(text), "MAD base %u class 0x%02x version %u method 0x%02x attribute 0x%04x%s",
+                unsigned{header.base_version}, unsigned{header.mgmt_class}, unsigned{header.class_version},
+                unsigned{header.method}, unsigned{header.attribute_id},
+                header.mgmt_class == 0x07 ? " (a CM MAD that does not parse)" : "");
+  return text;
+}
+
 constexpr std::size_t kMaxSessions = 4;
 constexpr int kTraceSendBuffer = 4 * 1024 * 1024;
 
-constexpr std::string_view kLayerNames[] = {"eth", "arp", "ip", "udp", "roce", "qp", "verbs", "gsi"};
-static_assert(std::size(kLayerNames) == static_cast<std::size_t>(TraceLayer::Gsi) + 1);
+constexpr std::string_view kLayerNames[] = {"eth", "arp", "ip", "udp", "roce", "qp", "verbs", "gsi", "cm"};
+static_assert(std::size(kLayerNames) == static_cast<std::size_t>(TraceLayer::Cm) + 1);
 static_assert(kAllTraceLayers == (1u << std::size(kLayerNames)) - 1);
 
 std::uint32_t bit(TraceLayer layer) { return 1u << static_cast<unsigned>(layer); }
@@ -452,11 +481,8 @@ void Tracer::gsi(bool sent, const rocev2::TransportPacket& packet, rocev2::GsiDr
   if (drop != rocev2::GsiDrop::none) {
     what = "dropped by the GSI endpoint: " + std::string(rocev2::to_string(drop));
   } else {
-    const auto mad = rocev2::peek_mad_header(rocev2::MadSpan(packet.payload.data(), rocev2::kMadLength));
-    what = format("%s MAD base %u class 0x%02x version %u method 0x%02x attribute 0x%04x",
-                  sent ? "sent by the GSI endpoint:" : "to the GSI endpoint:", unsigned{mad.base_version},
-                  unsigned{mad.mgmt_class}, unsigned{mad.class_version}, unsigned{mad.method},
-                  unsigned{mad.attribute_id});
+    what = std::string(sent ? "sent by the GSI endpoint: " : "to the GSI endpoint: ") +
+           describe_mad(rocev2::MadSpan(packet.payload.data(), rocev2::kMadLength));
   }
   if (sent && !accepted) {
     tx_awaits_frame_ = false;

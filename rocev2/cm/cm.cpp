@@ -838,6 +838,18 @@ CmResult ConnectionManager::destroy(ConnectionId id, Instant now) {
   return CmResult::ok;
 }
 
+// cm_destroy_id(-ENOMEM) in REQ_RCVD: the passive side had no room for the request (a full
+// listen backlog) and sends no REJ, so that the peer's resend of the REQ may find room.
+CmResult ConnectionManager::abandon(ConnectionId id, Instant now) {
+  Connection* c = find(id);
+  if (c == nullptr || c->destroyed) return CmResult::no_such_connection;
+  if (!req_received(c->state)) return destroy(id, now);
+  c->destroyed = true;
+  to_idle(*c);
+  connections_.erase(id.value());
+  return CmResult::ok;
+}
+
 // ib_cm_notify(IB_EVENT_COMM_EST): in REP_SENT as good as the RTU; elsewhere nothing to do.
 CmResult ConnectionManager::notify_communication_established(ConnectionId id, Instant) {
   Connection* c = find(id);

@@ -262,6 +262,9 @@ class ConnectionManager final : public MadHandler {
   // state (REJ, DREQ, DREP) is sent, no event follows, and the comm ID is freed now, or when
   // timewait ends.
   CmResult destroy(ConnectionId c, Instant now);
+  // A REQ the application side has no room for (a full backlog): forgotten without a REJ, as
+  // the kernel does, so that the peer's resend may find room. In any other state: destroy().
+  CmResult abandon(ConnectionId c, Instant now);
   // UD: sends a SIDR_REQ (resent every 4096 ms, 15 times, then UNREACHABLE -110); the
   // SIDR_REP comes back as SidrResponse.
   CmResult sidr_request(const SidrParams& params, Instant now, ConnectionId& out);

@@ -59,6 +59,15 @@ inline constexpr std::size_t kMaxMarkers = 32;
 inline constexpr const char* kDevicePath = "/dev/infiniband/rdma_cm";
 inline constexpr std::uint32_t kAbiVersion = 4;
 
+// The event numbers of the ABI (enum rdma_cm_event_type, rdma/rdma_cm.h in the kernel and
+// rdma/rdma_cma.h in librdmacm; the uapi header does not carry them).
+enum EventCode : std::uint32_t {
+  kAddrResolved = 0, kAddrError = 1, kRouteResolved = 2, kRouteError = 3, kConnectRequest = 4,
+  kConnectResponse = 5, kConnectError = 6, kUnreachable = 7, kRejected = 8, kEstablished = 9,
+  kDisconnected = 10, kDeviceRemoval = 11, kMulticastJoin = 12, kMulticastError = 13,
+  kAddrChange = 14, kTimewaitExit = 15
+};
+
 enum class Kind : std::uint16_t { CreateChannel = 1, Command = 2 };
 
 struct Frame {

@@ -95,4 +95,12 @@ std::optional<GidEntry> gid_entry(int index, stack::Ipv4Address vnic_address) {
   return GidEntry{gid_from_ipv4(vnic_address), IBV_GID_TYPE_ROCE_V2};
 }
 
+std::uint64_t node_guid(const stack::MacAddress& mac) {
+  const std::uint8_t eui[8] = {static_cast<std::uint8_t>(mac.bytes[0] ^ 2), mac.bytes[1], mac.bytes[2],
+                               0xFF, 0xFE, mac.bytes[3], mac.bytes[4], mac.bytes[5]};
+  std::uint64_t word = 0;
+  for (std::uint8_t byte : eui) word = (word << 8) | byte;
+  return word;
+}
+
 }  // namespace rrdma::verbs::caps

@@ -65,6 +65,10 @@ inline constexpr ibv_mtu kMaxMtu = IBV_MTU_4096;
 // to 80, the figure rxe subtracts before rounding down to an IB MTU.
 inline constexpr int kRoceHeadroom = 80;
 
+// The node GUID: the MAC's EUI-64 (universal/local bit flipped, ff:fe in the middle), as rxe
+// derives it, as a number (its big-endian bytes are the GUID).
+std::uint64_t node_guid(const stack::MacAddress& mac);
+
 // Bytes of an IB MTU enum value (IBV_MTU_256..4096), nullopt outside it.
 std::optional<int> mtu_bytes(int mtu);
 // The largest IB MTU that fits netdev_mtu - 80; nullopt below 256 + 80 = 336.

@@ -61,16 +61,6 @@ ibv_gid gid_of(std::uint64_t high, std::uint64_t low) {
   return gid;
 }
 
-// The node GUID: the MAC's EUI-64 (universal/local bit flipped, ff:fe in the middle), as rxe
-// derives it, as a big-endian number.
-std::uint64_t node_guid(const stack::MacAddress& mac) {
-  const std::uint8_t eui[8] = {static_cast<std::uint8_t>(mac.bytes[0] ^ 2), mac.bytes[1], mac.bytes[2],
-                               0xFF, 0xFE, mac.bytes[3], mac.bytes[4], mac.bytes[5]};
-  std::uint64_t word = 0;
-  for (std::uint8_t byte : eui) word = (word << 8) | byte;
-  return word;
-}
-
 // Adopts a client's memfd as the ring of `geometry`, if `claimed_bytes` is what that geometry
 // needs. The ring end is checked (magic, version, geometry) by its constructor.
 template <typename End>
@@ -318,7 +308,7 @@ Message Nic::open_device(std::uint64_t client, const Message& m, control::Receiv
   contexts_.emplace(created.handle, std::move(context));
   Message answer = reply(m, 0);
   answer.words[field::kContextHandle] = created.handle;
-  answer.words[field::kNodeGuid] = node_guid(config_.mac);
+  answer.words[field::kNodeGuid] = caps::node_guid(config_.mac);
   return answer;
 }
 

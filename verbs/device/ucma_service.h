@@ -1,0 +1,206 @@
+// Runs in the daemon. The rdma_cm character device as the daemon serves it to Debian's
+// unmodified librdmacm (docs/RDMA_CM.md): the kernel's ucma file (drivers/infiniband/core/
+// ucma.c: channels, ids, an event queue per channel, events_reported, MIGRATE_ID) and the
+// rdma_cm layer beneath it (cma.c: port spaces and ports, address resolution through the
+// vnic's own ARP, the route, the CMA header, INIT_QP_ATTR), over the connection manager of
+// rocev2/cm (which it owns; its MADs leave through a CmMadSink the daemon wires to QP 1).
+//
+// Commands arrive as ucma frames (verbs/contract/ucma_protocol.h) from the preloaded shim;
+// each channel is a socketpair end the service watches for EOF (the application closed the
+// device: every id of the channel is destroyed, as ucma_close does) and writes markers on.
+// One vnic, one IPv4 address: a listener on INADDR_ANY listens on it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <rdma/rdma_user_cm.h>
+
+#include <nlohmann/json.hpp>
+
+#include "rocev2/cm/cm.h"
+#include "rocev2/cm/cma.h"
+#include "stack/addresses.h"
+#include "stack/time.h"
+#include "verbs/contract/ucma_protocol.h"
+#include "verbs/device/nic.h"
+
+namespace rrdma::verbs {
+
+// Whether a destination can be reached now (the daemon asks the vnic's stack, which starts
+// ARP for the next hop if need be).
+class AddressResolver {
+ public:
+  enum class Reach { reachable, resolving, unroutable };
+  virtual ~AddressResolver() = default;
+  virtual Reach reach(stack::Ipv4Address destination, Instant now) = 0;
+};
+
+struct UcmaConfig {
+  stack::Ipv4Address address{};
+  std::uint64_t node_guid = 0;          // caps::node_guid: a number whose big-endian bytes are the GUID
+  int netdev_mtu = 1500;                // the path MTU is what it allows (iboe_get_mtu)
+  rocev2::cm::CmConfig cm{};
+};
+
+struct UcmaCounters {
+  std::uint64_t commands = 0;
+  std::uint64_t command_errors = 0;     // answered with an errno
+  std::uint64_t channels_opened = 0;
+  std::uint64_t channels_closed = 0;
+  std::uint64_t ids_created = 0;
+  std::uint64_t ids_destroyed = 0;
+  std::uint64_t events_queued = 0;
+  std::uint64_t events_delivered = 0;
+  std::uint64_t events_purged = 0;      // queued for an id destroyed or migrated before GET_EVENT
+  std::uint64_t connect_requests_dropped_backlog = 0;
+  std::uint64_t connect_requests_rejected_address = 0;
+  std::uint64_t address_resolutions = 0;
+  std::uint64_t address_errors = 0;
+  std::uint64_t foreign_channel_refused = 0;  // a command naming another user's channel
+};
+std::vector<std::pair<std::string, std::uint64_t>> named(const UcmaCounters& counters);
+
+class UcmaService final : private rocev2::cm::CmEventSink {
+ public:
+  UcmaService(const UcmaConfig& config, rocev2::cm::CmMadSink& mads, AddressResolver& resolver, FdWatcher& watcher);
+  ~UcmaService() override;
+  UcmaService(const UcmaService&) = delete;
+  UcmaService& operator=(const UcmaService&) = delete;
+
+  // A ucma frame from command connection `client` of a process with `uid`: the reply.
+  ucma::Frame handle(uid_t uid, const ucma::Frame& request, control::ReceivedFds& fds, Instant now);
+
+  rocev2::cm::ConnectionManager& cm() { return cm_; }
+  std::optional<Instant> next_deadline() const;
+  void advance(Instant now);
+
+  const UcmaCounters& counters() const { return counters_; }
+  // For `rrdma-vnic status`: listeners and connections.
+  nlohmann::json listing() const;
+
+ private:
+  enum class IdState : std::uint8_t {
+    Idle, AddrQuery, AddrResolved, RouteResolved, Connect, Disconnect, AddrBound, Listen
+  };
+  static const char* state_name(IdState s);
+
+  struct Endpoint {
+    stack::Ipv4Address ip{};
+    std::uint16_t port = 0;
+  };
+
+  struct CmId {
+    std::uint32_t id = 0;
+    std::uint64_t channel = 0;
+    std::uint64_t uid = 0;                // librdmacm's cma_id_private*, echoed in events
+    rocev2::cm::PortSpace ps = rocev2::cm::PortSpace::Tcp;
+    bool ud = false;
+    IdState state = IdState::Idle;
+    bool bound = false;
+    bool on_device = false;               // bound to the vnic's address (not INADDR_ANY)
+    bool ipv6_family = false;             // bound with a sockaddr_in6 (reported back so)
+    Endpoint src{};
+    Endpoint dst{};
+    std::uint32_t seq_num = 0;            // our starting PSN (the PSN we expect to receive)
+    std::optional<rocev2::cm::ConnectionId> connection;
+    bool active = false;
+    std::uint32_t qp_num = 0;
+    std::uint32_t qkey = 0;
+    std::uint32_t events_reported = 0;
+    std::uint32_t backlog = 0;            // listener: CONNECT_REQUESTs that may wait unfetched
+    std::optional<std::uint32_t> listener;  // a child: the listener whose request made it
+    std::uint8_t tos = 0;
+    bool reuseaddr = false;
+    std::optional<std::uint8_t> ack_timeout;
+    std::optional<Instant> resolve_deadline;  // AddrQuery: ADDR_ERROR after this
+    std::uint32_t flow_label = 0;
+  };
+
+  struct QueuedEvent {
+    std::uint32_t id = 0;           // the id the event is about (resp.id)
+    std::uint32_t counted_id = 0;   // whose events_reported counts it (the listener's for a request)
+    rdma_ucm_event_resp resp{};
+  };
+
+  struct Channel {
+    std::uint64_t token = 0;
+    int fd = -1;
+    uid_t uid = 0;
+    std::deque<QueuedEvent> events;
+    std::size_t markers = 0;        // written and not yet consumed by a GET_EVENT
+  };
+
+  using Reply = std::pair<int, std::vector<std::uint8_t>>;  // errno, response bytes
+
+  // --- channels
+  ucma::Frame create_channel(uid_t uid, const ucma::Frame& request, control::ReceivedFds& fds);
+  void close_channel(std::uint64_t token, Instant now);
+  void queue_event(std::uint32_t counted_id, QueuedEvent event);
+  void top_up_markers(Channel& c);
+
+  // --- commands
+  Reply dispatch(Channel& channel, const ucma::Frame& request, Instant now);
+  Reply create_id(Channel& ch, ByteSpan body);
+  Reply destroy_id(Channel& ch, ByteSpan body, Instant now);
+  Reply bind_ip(Channel& ch, ByteSpan body);
+  Reply bind_any_family(Channel& ch, ByteSpan body);
+  Reply resolve_ip(Channel& ch, ByteSpan body, Instant now);
+  Reply resolve_route(Channel& ch, ByteSpan body);
+  Reply query_route(Channel& ch, ByteSpan body);
+  Reply connect(Channel& ch, ByteSpan body, Instant now);
+  Reply listen(Channel& ch, ByteSpan body);
+  Reply accept(Channel& ch, ByteSpan body, Instant now);
+  Reply reject(Channel& ch, ByteSpan body, Instant now);
+  Reply disconnect(Channel& ch, ByteSpan body, Instant now);
+  Reply init_qp_attr(Channel& ch, ByteSpan body);
+  Reply get_event(Channel& ch);
+  Reply set_option(Channel& ch, ByteSpan body);
+  Reply notify(Channel& ch, ByteSpan body, Instant now);
+  Reply migrate_id(Channel& ch, const ucma::Frame& request, uid_t uid);
+
+  // --- ids
+  CmId* id_on(Channel& ch, std::uint32_t id);
+  CmId& new_id(std::uint64_t channel, rocev2::cm::PortSpace ps, bool ud);
+  // Returns the id's events_reported (DESTROY_ID's answer).
+  std::uint32_t destroy(CmId& id, Instant now);
+  std::uint32_t purge_events(std::uint32_t id);
+  int bind(CmId& id, std::optional<stack::Ipv4Address> address, std::uint16_t port, bool ipv6_family);
+  bool port_taken(const CmId& id, std::uint16_t port, bool listening) const;
+  std::optional<std::uint16_t> ephemeral_port(const CmId& id);
+  void unbind(CmId& id);
+  std::uint64_t service_id(const CmId& id, std::uint16_t port) const;
+  void check_resolution(CmId& id, Instant now);
+  CmId* id_of_connection(rocev2::cm::ConnectionId c);
+
+  // --- events from the CM
+  void on_cm_event(const rocev2::cm::CmEvent& event) override;
+  void on_connect_request(const rocev2::cm::CmEvent& event);
+  rdma_ucm_event_resp event_for(const CmId& id, std::uint32_t type, std::int32_t status) const;
+  void fill_conn_param(rdma_ucm_conn_param& out, const rocev2::cm::CmEvent& event, std::size_t skip) const;
+  void fill_ah_attr(ib_uverbs_ah_attr& out, const CmId& id) const;
+
+  UcmaConfig config_;
+  AddressResolver& resolver_;
+  FdWatcher& watcher_;
+  rocev2::cm::ConnectionManager cm_;
+  rocev2::cm::PathMtu path_mtu_;
+  std::map<std::uint64_t, Channel> channels_;
+  std::map<std::uint32_t, CmId> ids_;
+  std::map<std::pair<std::uint16_t, std::uint16_t>, std::vector<std::uint32_t>> ports_;  // (ps, port) -> ids
+  std::map<std::uint32_t, std::uint32_t> id_of_connection_;  // CM connection -> id
+  std::uint32_t next_id_ = 1;
+  std::mt19937_64 random_;
+  UcmaCounters counters_;
+  Instant now_{};  // the time of the command or timer being handled (for CM calls from events)
+};
+
+}  // namespace rrdma::verbs
