@@ -157,14 +157,15 @@ rxe_servers() {  # rxe_servers PORT_BASE
 # ---------------------------------------------------------------------------------------
 # vnic servers, rxe clients
 
-# wait_vnic_listener PORT: a bounded look at `status --json` for a CM listener on PORT, if
-# the daemon lists them (under a key naming "listen"); the guest's client retries anyway.
+# wait_vnic_listener PORT: waits (10 s at most) until `status --json` lists an rdma_cm
+# listener on PORT (rdma_cm.listeners[].local "ADDRESS:PORT"); the guest's client retries a
+# rejected connection anyway, so a daemon that does not list them costs nothing.
 wait_vnic_listener() {
   local end=$(( SECONDS + 10 ))
   while (( SECONDS < end )); do
     host "$RRDMA_VNIC" status --json "$VNIC" >"$TMPD/status.json" 2>/dev/null || return 0
-    grep -qi "listen" "$TMPD/status.json" || return 0
-    grep -qE "[^0-9]$1[^0-9]" "$TMPD/status.json" && return 0
+    grep -q '"listeners"' "$TMPD/status.json" || return 0
+    grep -qE "\"local\": *\"[^\"]*:$1\"" "$TMPD/status.json" && return 0
     sleep 0.2
   done
 }
