@@ -30,14 +30,16 @@ source "$HERE/lib.sh"
 
 # name | server | client. @ADDR@: the server's address (the bind address of the server, the
 # address the client connects to), @PORT@: the case's port, @DEV@: the device of that side.
+# udaddy has no port option (its -p is the port space): it always uses 7174.
 CASES=(
-  "rping_s64|rping -s -a @ADDR@ -p @PORT@ -C 100 -S 64|rping -c -a @ADDR@ -p @PORT@ -C 100 -S 64"
-  "rping_s4000|rping -s -a @ADDR@ -p @PORT@ -C 100 -S 4000|rping -c -a @ADDR@ -p @PORT@ -C 100 -S 4000"
-  "rping_s60000|rping -s -a @ADDR@ -p @PORT@ -C 100 -S 60000|rping -c -a @ADDR@ -p @PORT@ -C 100 -S 60000"
+  "rping_s64|rping -s -V -a @ADDR@ -p @PORT@ -C 100 -S 64|rping -c -V -a @ADDR@ -p @PORT@ -C 100 -S 64"
+  "rping_s4000|rping -s -V -a @ADDR@ -p @PORT@ -C 100 -S 4000|rping -c -V -a @ADDR@ -p @PORT@ -C 100 -S 4000"
+  "rping_s60000|rping -s -V -a @ADDR@ -p @PORT@ -C 100 -S 60000|rping -c -V -a @ADDR@ -p @PORT@ -C 100 -S 60000"
   "ucmatose|ucmatose -b @ADDR@ -p @PORT@ -c 10|ucmatose -s @ADDR@ -p @PORT@ -c 10"
-  "udaddy|udaddy -b @ADDR@ -p @PORT@|udaddy -s @ADDR@ -p @PORT@"
+  "udaddy|udaddy -b @ADDR@|udaddy -s @ADDR@"
   "send_bw_R|ib_send_bw -R -d @DEV@ -p @PORT@ -n 200 -s 8192|ib_send_bw -R -d @DEV@ -p @PORT@ -n 200 -s 8192 @ADDR@"
 )
+readonly UDADDY_PORT=7174
 readonly CASE_TIMEOUT=180 CONNECT_LIMIT=60 CLIENT_TRIES=5
 
 require_interop
@@ -59,6 +61,9 @@ on_vnic() {
   ip netns exec "$HOST_NS" timeout "$CASE_TIMEOUT" "$RRDMA_VNIC" exec --dev "$VNIC" -- "$@"
 }
 
+# case_port TEMPLATE PORT: the port the case's server listens on (PORT, or udaddy's own).
+case_port() { if [[ "$1" == *@PORT@* ]]; then echo "$2"; else echo "$UDADDY_PORT"; fi; }
+
 # expand TEMPLATE ADDR PORT DEV: the case's command with its placeholders filled in.
 expand() {
   local t=$1
@@ -68,6 +73,7 @@ expand() {
 }
 
 ROWS=()
+KEEP_GOING=1  # system/lib.sh: a failed case is reported, the next one runs
 row() {  # row DIRECTION CASE RESULT [DETAIL]
   ROWS+=("$(printf '%-24s %-13s %-5s %s' "$1" "$2" "$3" "${4:-}")")
   log "$(printf '%-24s %-13s %-5s %s' "$1" "$2" "$3" "${4:-}")"
@@ -114,7 +120,7 @@ rxe_servers() {  # rxe_servers PORT_BASE
   (( ${#NAMES[@]} > 0 )) || return 0
   # shellcheck disable=SC2016  # $RRDMA_IP and $RRDMA_DEV are the guest's
   for i in "${!NAMES[@]}"; do
-    script+="rrdma-cm-serve ${NAMES[$i]} $(( port_base + i )) $(expand "${SERVERS[$i]}" '$RRDMA_IP' $(( port_base + i )) '$RRDMA_DEV'); "
+    script+="rrdma-cm-serve ${NAMES[$i]} $(case_port "${SERVERS[$i]}" $(( port_base + i ))) $(expand "${SERVERS[$i]}" '$RRDMA_IP' $(( port_base + i )) '$RRDMA_DEV'); "
   done
   peer start "$vm" --netns "$HOST_NS" --bridge "$BRIDGE" --tap "${PREFIX}s" --ip "$VM_IP/24" --mac "$VM_MAC" \
     --timeout 900 -- "rdma resource show cm_id; $script" || fail "server VM did not start: $(cat "$TMPD/$vm.err")"
@@ -189,7 +195,7 @@ rxe_clients() {  # rxe_clients PORT_BASE
       $(expand "${SERVERS[$i]}" "$VNIC_IP" $(( port_base + i )) "$VNIC") >"$out" 2>&1 &
     server_pid=$!
     BACKGROUND_PIDS+=("$server_pid")
-    wait_vnic_listener $(( port_base + i ))
+    wait_vnic_listener "$(case_port "${SERVERS[$i]}" $(( port_base + i )))"
     client_status=timeout
     # The first case also waits for the VM's boot.
     if kill -0 "$server_pid" 2>/dev/null || ! (( FIRST_CASE )); then
