@@ -73,7 +73,8 @@ expand() {
 }
 
 ROWS=()
-KEEP_GOING=1  # system/lib.sh: a failed case is reported, the next one runs
+# shellcheck disable=SC2034  # read by fail_case (system/lib.sh): a failed case is reported, the next one runs
+KEEP_GOING=1
 row() {  # row DIRECTION CASE RESULT [DETAIL]
   ROWS+=("$(printf '%-24s %-13s %-5s %s' "$1" "$2" "$3" "${4:-}")")
   log "$(printf '%-24s %-13s %-5s %s' "$1" "$2" "$3" "${4:-}")"
