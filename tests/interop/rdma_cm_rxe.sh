@@ -143,8 +143,10 @@ rxe_servers() {  # rxe_servers PORT_BASE
       if [[ "$client_rc" == 0 ]] || ! rejected "$out"; then break; fi
       sleep 1
     done
-    server_status=timeout
+    # A first case failed on our side stops the test: its server is not waited for.
+    server_status="not waited for"
     if [[ "$client_rc" == 0 ]] || ! (( FIRST_CASE )); then
+      server_status=timeout
       await "$vm" "done ${NAMES[$i]}" "$CASE_TIMEOUT" && server_status=$MARK_REST
     fi
     if [[ "$client_rc" == 0 && "$server_status" == 0 ]]; then
@@ -155,7 +157,7 @@ rxe_servers() {  # rxe_servers PORT_BASE
       stop_unless_first_passed 0 "vnic client ${NAMES[$i]}, exit $client_rc" "$out"
       fail_case "$direction ${NAMES[$i]}"
       # A server still waiting for its client holds up every later case of the sequence.
-      [[ "$server_status" == timeout ]] && { stuck=1; break; }
+      [[ "$server_status" == timeout || "$server_status" == "not waited for" ]] && { stuck=1; break; }
     fi
   done
   if (( stuck )); then peer stop "$vm"; else peer wait "$vm"; fi
@@ -197,9 +199,11 @@ rxe_clients() {  # rxe_clients PORT_BASE
     server_pid=$!
     BACKGROUND_PIDS+=("$server_pid")
     wait_vnic_listener "$(case_port "${SERVERS[$i]}" $(( port_base + i )))"
-    client_status=timeout
-    # The first case also waits for the VM's boot.
+    # The first case also waits for the VM's boot; if its server failed at once, the test
+    # stops (unless RRDMA_INTEROP_KEEP_GOING=1) without waiting for the client's retries.
+    client_status="not waited for"
     if kill -0 "$server_pid" 2>/dev/null || ! (( FIRST_CASE )); then
+      client_status=timeout
       await "$vm" "done ${NAMES[$i]}" 300 && client_status=$MARK_REST
     fi
     server_rc=0
