@@ -8,16 +8,18 @@
 #   RRDMA_CAPTURE_CHECK=build/tests/interop/rrdma_capture_check \
 #     tests/interop/capture_rxe_cm.sh OUT.pcapng
 #
-# On one bridge: the rxe VM (GUEST_IP), a vnic (VNIC_IP; its daemon discards every MAD, so
-# nothing it does answers the CM) and a namespace with a kernel veth (SENDER_IP) from which
-# rrdma_frame_sender sends REQs as rdma_cm makes them. In the VM, in this order:
+# On one bridge: the rxe VM (GUEST_IP), a namespace with a kernel veth at SILENT_IP (it answers
+# ARP, and nothing answers its CM MADs: the kernel has no RDMA) and one with a kernel veth at
+# SENDER_IP from which rrdma_frame_sender sends REQs as rdma_cm makes them. (The stored
+# capture was made with a vnic at SILENT_IP whose daemon discarded MADs then; now the daemon's
+# CM answers, with REJ 8.) In the VM, in this order:
 #   1. `rping -s` listens on TCP port 7174 (rdma_cm's wildcard listener);
 #   2. the host sends a REQ for TCP port 7999, which nobody listens on: rxe answers REJ 8;
 #   3. the host sends a REQ for port 7174: rping accepts, rxe sends a REP (and resends it
 #      every 4 s, since no RTU comes);
-#   4. `rping -c -a VNIC_IP` for 14 s: REQs every 6.1 s, none answered; killed, rdma_cm
+#   4. `rping -c -a SILENT_IP` for 14 s: REQs every 6.1 s, none answered; killed, rdma_cm
 #      destroys the id in REQ_SENT and the kernel sends REJ 4 (timeout);
-#   5. `udaddy -s VNIC_IP` for 10 s: SIDR_REQs every 4 s, none answered.
+#   5. `udaddy -s SILENT_IP` for 10 s: SIDR_REQs every 4 s, none answered.
 # The capture is RoCE v2 (udp port 4791) only, about 18 frames (the REP is resent until the
 # VM ends).
 # Prints what the checker and tshark make of it.
@@ -37,12 +39,12 @@ require_system
 TEST_DEADLINE=600
 interop_init x
 
-BRIDGE=${PREFIX}b VNIC=${PREFIX}v NS=${PREFIX}-p
-GUEST_IP=$NET.2 VNIC_IP=$NET.10 SENDER_IP=$NET.20
+BRIDGE=${PREFIX}b NS=${PREFIX}-p SILENT_NS=${PREFIX}-q
+GUEST_IP=$NET.2 SILENT_IP=$NET.10 SENDER_IP=$NET.20
 GUEST_MAC=$(mac_for 9)
 make_bridge "$BRIDGE"
 make_peer "$NS" "$BRIDGE" "${PREFIX}h" "${PREFIX}n" "$SENDER_IP/24"
-vnic_up "$VNIC" --ip "$VNIC_IP/24" --mac "$(mac_for 1)" --bridge "$BRIDGE"
+make_peer "$SILENT_NS" "$BRIDGE" "${PREFIX}i" "${PREFIX}o" "$SILENT_IP/24"
 start_capture "$BRIDGE" "$TMPD/all.pcapng"
 
 script="rping -s -C 1 -p 7174 >/tmp/rping-s.out 2>&1 &
@@ -50,8 +52,8 @@ while ! rdma resource show cm_id | grep -q LISTEN; do sleep 0.2; done
 rdma resource show cm_id
 echo 'RRDMA-PEER-MARK listening' >/dev/ttyS2
 sleep 8
-timeout 14 rping -c -v -C 1 -a $VNIC_IP -p 7174; echo rping-c exit \$?
-timeout 10 udaddy -s $VNIC_IP; echo udaddy exit \$?
+timeout 14 rping -c -v -C 1 -a $SILENT_IP -p 7174; echo rping-c exit \$?
+timeout 10 udaddy -s $SILENT_IP; echo udaddy exit \$?
 sleep 1
 cat /tmp/rping-s.out
 rdma resource show cm_id
