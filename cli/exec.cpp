@@ -1,7 +1,9 @@
 // `rrdma-vnic exec` / `env`: our libibverbs.so.1 and its stand-in providers live in
 // lib/rrdma-ibverbs/ next to the rrdma libraries, never over the system's libibverbs; a
 // program finds them first because LD_LIBRARY_PATH names that directory first, and sees only
-// the chosen vnic because RRDMA_DEVICES names it (docs/IBVERBS.md).
+// the chosen vnic because RRDMA_DEVICES names it (docs/IBVERBS.md). The rdma_cm shim
+// librrdma_ucma.so, in the same directory, is appended to LD_PRELOAD: Debian's librdmacm
+// then reaches the vnic's daemon instead of the kernel (docs/RDMA_CM.md).
 #include "cli/exec.h"
 
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <string_view>
 
 #include "vnic/config.h"
 #include "vnic/runtime.h"
@@ -28,12 +31,17 @@ constexpr const char* kExecFooter = R"(Examples:
   rrdma-vnic exec --dev rv0 -- ibv_rc_pingpong -d rv0 -g 0
   rrdma-vnic exec --dev rv1 -- ibv_rc_pingpong -d rv1 -g 0 10.66.0.10
   rrdma-vnic exec --dev rv1 -- ib_write_bw -d rv1 -x 0 10.66.0.10
+  # an rdma_cm program (librdmacm, through the preloaded shim)
+  rrdma-vnic exec --dev rv0 -- rping -s -a 10.66.0.10
 Without --dev the program sees every running vnic. Exits with the program's status, or
 127 when PROGRAM is not found (126 when it cannot be run), as a shell does.)";
 
 constexpr const char* kEnvFooter = R"text(Example:
   eval "$(rrdma-vnic env --dev rv0)"; ibv_devinfo
-Prints `export` lines: LD_LIBRARY_PATH with our libibverbs.so.1 first, and RRDMA_DEVICES.)text";
+Prints `export` lines: LD_LIBRARY_PATH with our libibverbs.so.1 first, LD_PRELOAD with our
+rdma_cm shim (librrdma_ucma.so) appended, and RRDMA_DEVICES.)text";
+
+constexpr const char* kShimName = "librrdma_ucma.so";
 
 // lib/rrdma-ibverbs/ relative to this executable (bin/ installed, cli/ in a build tree),
 // or $RRDMA_IBVERBS_DIR.
@@ -66,8 +74,26 @@ std::string check_device(const std::string& name) {
 
 struct Variables {
   std::string library_path;
+  std::string preload;
   std::string devices;  // empty: every vnic
 };
+
+// The loader splits LD_PRELOAD at spaces and colons: a path holding either cannot be named.
+bool preloadable(const std::string& path) { return path.find_first_of(" :") == std::string::npos; }
+
+// LD_PRELOAD with `shim` appended, unless an entry names it already (an `exec` inside an
+// `eval "$(rrdma-vnic env)"` shell): the application's own preloads keep coming first.
+std::string preload_with(const std::string& shim, const char* existing) {
+  if (existing == nullptr || *existing == '\0') return shim;
+  std::string_view rest = existing;
+  while (!rest.empty()) {
+    const auto end = rest.find_first_of(" :");
+    if (rest.substr(0, end) == shim) return existing;
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end + 1);
+  }
+  return std::string(existing) + ":" + shim;
+}
 
 std::optional<Variables> variables_for(const ExecCommands& commands) {
   if (const std::string error = check_device(commands.device); !error.empty()) {
@@ -80,8 +106,16 @@ std::optional<Variables> variables_for(const ExecCommands& commands) {
                  "(looked for ../" RRDMA_INSTALL_LIBDIR "/rrdma-ibverbs; set RRDMA_IBVERBS_DIR)\n";
     return std::nullopt;
   }
+  const std::string shim = (*dir / kShimName).string();
+  std::error_code ec;
+  if (!fs::exists(shim, ec) || !preloadable(shim)) {
+    std::cerr << "rrdma-vnic: the rdma_cm shim " << shim
+              << (preloadable(shim) ? " is not installed" : " cannot go in LD_PRELOAD (a space or colon in its path)") << "\n";
+    return std::nullopt;
+  }
   Variables vars;
   vars.library_path = dir->string();
+  vars.preload = preload_with(shim, std::getenv("LD_PRELOAD"));
   if (const char* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0')
     vars.library_path += std::string(":") + old;
   vars.devices = commands.device;
@@ -97,12 +131,12 @@ std::string shell_quote(const std::string& text) {
 }  // namespace
 
 void add_exec_commands(CLI::App& app, ExecCommands& commands) {
-  commands.exec = app.add_subcommand("exec", "Run an unmodified verbs program (ibv_*, perftest...) on a vnic");
+  commands.exec = app.add_subcommand("exec", "Run an unmodified verbs or rdma_cm program (ibv_*, perftest, rping...) on a vnic");
   commands.exec->footer(kExecFooter);
   commands.exec->add_option("--dev", commands.device, "The vnic the program sees as its only RDMA device");
   commands.exec->add_option("command", commands.command, "PROGRAM [ARGS...], after --")->required();
 
-  commands.env = app.add_subcommand("env", "Print the shell variables that make verbs programs use vnics");
+  commands.env = app.add_subcommand("env", "Print the shell variables that make verbs and rdma_cm programs use vnics");
   commands.env->footer(kEnvFooter);
   commands.env->add_option("--dev", commands.device, "The vnic programs see as their only RDMA device");
 }
@@ -111,6 +145,7 @@ int run_exec(const ExecCommands& commands) {
   const auto vars = variables_for(commands);
   if (!vars) return 1;
   ::setenv("LD_LIBRARY_PATH", vars->library_path.c_str(), 1);
+  ::setenv("LD_PRELOAD", vars->preload.c_str(), 1);
   if (vars->devices.empty()) {
     ::unsetenv("RRDMA_DEVICES");
   } else {
@@ -133,6 +168,7 @@ int run_env(const ExecCommands& commands) {
   const auto vars = variables_for(commands);
   if (!vars) return 1;
   std::cout << "export LD_LIBRARY_PATH=" << shell_quote(vars->library_path) << "\n";
+  std::cout << "export LD_PRELOAD=" << shell_quote(vars->preload) << "\n";
   if (vars->devices.empty()) {
     std::cout << "unset RRDMA_DEVICES\n";
   } else {

@@ -209,6 +209,28 @@ nlohmann::json stats_json(const std::vector<stack::Counter>& stack_counters,
   return stats;
 }
 
+namespace {
+
+// The rdma_cm device: listeners, then every other id (its state, its peer, its CM connection).
+void format_rdma_cm(std::ostringstream& out, const nlohmann::json& cm) {
+  const auto listeners = cm.value("listeners", nlohmann::json::array());
+  out << "rdma_cm listeners:" << (listeners.empty() ? " none" : "") << "\n";
+  for (const auto& l : listeners) {
+    out << "  " << l.value("port_space", "?") << " " << l.value("local", "?") << "  backlog free "
+        << l.value("backlog_free", 0) << "\n";
+  }
+  const auto ids = cm.value("ids", nlohmann::json::array());
+  out << "rdma_cm ids:" << (ids.empty() ? " none" : "") << "\n";
+  for (const auto& id : ids) {
+    out << "  " << id.value("port_space", "?") << " " << id.value("local", "?") << " -> " << id.value("peer", "-")
+        << "  " << id.value("state", "?");
+    if (id.contains("cm_state")) out << "  CM " << id.value("cm_state", "?") << "  QP " << id.value("qpn", 0);
+    out << "\n";
+  }
+}
+
+}  // namespace
+
 std::string format_status(const nlohmann::json& status) {
   std::ostringstream out;
   out << "name:     " << status.value("name", "?") << "\n"
@@ -239,6 +261,7 @@ std::string format_status(const nlohmann::json& status) {
           << "\n";
     }
   }
+  format_rdma_cm(out, status.value("rdma_cm", nlohmann::json::object()));
   const auto descriptors = status.value("descriptors", nlohmann::json::object());
   out << "descriptors: " << descriptors.value("open", 0) << " open, limit " << descriptors.value("limit", 0)
       << " (hard " << descriptors.value("hard_limit", 0) << "), " << descriptors.value("reserved", 0)

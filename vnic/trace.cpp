@@ -10,7 +10,6 @@
 #include <cstdarg>
 #include <cstdio>
 
-#include "rocev2/cm/cma.h"
 #include "rocev2/cm/mad.h"
 #include "rocev2/gsi.h"
 #include "rocev2/opcode.h"
@@ -26,23 +25,12 @@
 namespace rrdma::vnic {
 namespace {
 
-// A MAD in one line: a CM message decoded (with the CMA header's addresses where a REQ or
-// SIDR_REQ carries one), any other class by its header fields.
+// A MAD in one line: a CM message decoded (describe() includes the CMA header's addresses
+// of a REQ or SIDR_REQ), any other class by its header fields.
 std::string describe_mad(rocev2::MadSpan mad) {
   const auto header = rocev2::peek_mad_header(mad);
   if (const auto message = rocev2::cm::parse_cm_mad(ByteSpan(mad.data(), mad.size()))) {
-    std::string line = rocev2::cm::describe(*message);
-    ByteSpan private_data;
-    if (const auto* req = std::get_if<rocev2::cm::Req>(&message->body)) private_data = req->private_data.bytes;
-    if (const auto* sidr = std::get_if<rocev2::cm::SidrReq>(&message->body)) private_data = sidr->private_data.bytes;
-    if (const auto cma = rocev2::cm::parse_cma_header(private_data)) {
-      const auto source = rocev2::cm::cma_source_ipv4(*cma);
-      const auto destination = rocev2::cm::cma_destination_ipv4(*cma);
-      if (source && destination) {
-        line += " cma " + source->to_string() + ":" + std::to_string(cma->source_port) + " -> " + destination->to_string();
-      }
-    }
-    return line;
+    return rocev2::cm::describe(*message);
   }
   char text[128];
   std::snprintf(text, sizeof(text), "MAD base %u class 0x%02x version %u method 0x%02x attribute 0x%04x%s",

@@ -13,6 +13,9 @@
 #include "tests/fuzz/credentials_properties.h"
 #include "tests/fuzz/control_frame_properties.h"
 #include "tests/fuzz/nic_requests_properties.h"
+#include "tests/fuzz/ucma_properties.h"
+
+#include <random>
 
 namespace rrdma::fuzz {
 namespace {
@@ -64,6 +67,29 @@ TEST_CASE("Fuzz regressions: every kept /proc/PID/status text passes its propert
 
 TEST_CASE("Fuzz regressions: every kept Nic request script passes its properties", "[fuzz][hostile]") {
   WARN("replayed " << replay(kRegressions / "nic_requests", check_nic_requests) << " nic_requests regressions");
+}
+
+TEST_CASE("Fuzz regressions: every kept rdma_cm script passes its properties, and so do random ones", "[fuzz][hostile]") {
+  std::filesystem::create_directories(kRegressions / "ucma");
+  WARN("replayed " << replay(kRegressions / "ucma", [](ByteSpan in) { return check_ucma(in); }) << " ucma regressions");
+  // The seeds run clean.
+  for (bool ud : {false, true}) {
+    std::size_t succeeded = 0;
+    CHECK(check_ucma(ucma_seed_script(ud), &succeeded) == nullptr);
+    CHECK(succeeded == (ud ? 18u : 24u));  // every command of the script
+  }
+  // Without a fuzzer: scripts from a fixed seed, biased towards the steps that make state
+  // (channels, commands on small ids, MAD delivery, time).
+  std::mt19937 random(18);
+  for (int i = 0; i < 300; ++i) {
+    std::vector<std::uint8_t> script(64 + random() % 1500);
+    for (auto& byte : script) byte = static_cast<std::uint8_t>(random());
+    script[0] &= 0x7F;  // a script, not the codec mode
+    INFO("random script " << i);
+    const char* failed = check_ucma(script);
+    CHECK(failed == nullptr);
+    if (failed) UNSCOPED_INFO(failed);
+  }
 }
 
 // The seeds reach the success paths, so that the fuzzer mutates requests the daemon takes,

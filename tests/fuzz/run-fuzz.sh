@@ -10,6 +10,8 @@
 #   fuzz_credentials    a client's /proc/PID/status (parse_credentials)
 #   fuzz_cm_mad         the CM's MADs and rdma_cm's CMA header (seeds: one MAD per CM message
 #                       as Linux sends it, from tests/rocev2/cm_samples.h)
+#   fuzz_ucma           scripts of ucma commands (and MADs between two CMs) to the daemon's
+#                       rdma_cm device (UcmaService::handle), and the ucma frame codec
 # Each also starts from what regressions/<target>/ holds. Any crash, sanitizer report,
 # failed property, leak, timeout (10 s per input) or out-of-memory (2 GiB) fails the run; the
 # input that did it is kept under BUILD/fuzz/artifacts/<target>/ and the script prints how to
@@ -28,7 +30,7 @@ root=$(cd "$here/../.." && pwd)
 build=${RRDMA_FUZZ_BUILD:-$root/build-fuzz}
 jobs=${RRDMA_FUZZ_JOBS:-1}
 targets=("$@")
-(( ${#targets[@]} )) || targets=(frame admin_json control_frame nic_requests credentials cm_mad)
+(( ${#targets[@]} )) || targets=(frame admin_json control_frame nic_requests credentials cm_mad ucma)
 
 started=$(date +%s)
 CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -48,6 +50,8 @@ printf '%b' '\xe4\x1d\x2d\xab\x2b\xc2\x7c\xfe\x90\x64\x3b\x32\x08\x00\x45\xc2\x0
 # A real /proc/PID/status, as the daemon reads it.
 mkdir -p "$work/seeds/credentials" && cat /proc/self/status >"$work/seeds/credentials/status.txt"
 "$build/tests/fuzz/fuzz_cm_seeds" "$work/seeds"
+# The rdma_cm scripts start from the two kept in regressions/ucma (an rping and a udaddy exchange).
+mkdir -p "$work/seeds/ucma"
 
 # Options per target: inputs as long as the parser can be sent (the control socket takes
 # requests up to 64 KiB; a verbs frame is at most 272 bytes, longer ones are refused whole).
@@ -59,6 +63,7 @@ options_for() {
     control_frame) echo "-max_len=512" ;;
     nic_requests) echo "-max_len=2048 -len_control=0" ;;
     cm_mad) echo "-max_len=512" ;;
+    ucma) echo "-max_len=4096" ;;
     *) echo "" ;;
   esac
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GSI (QP 1) in the real daemon (docs/GSI.md). MADs sent raw from a namespace
 # (rrdma_frame_sender: RoCE v2 frames built through rocev2::build_frame, ICRC right) reach the
-# GSI endpoint and, until the CM exists, its stand-in handler, which counts and drops them:
-# `stats` layer gsi counts each one exactly, the transport engine sees none, and
-# `trace --layer gsi` shows the endpoint's line with the MAD's class and attribute. MADs with
+# GSI endpoint and the connection manager behind it, which answers each REQ (for a service
+# nobody listens on) with a REJ: `stats` layers gsi and cm count each one exactly, the transport
+# engine sees none, and `trace --layer gsi` shows the endpoint's line with the MAD decoded. MADs with
 # an application's Q_Key and MADs to QP 0 are dropped under their reasons, and the vnic still
 # answers ping.
 source "$(dirname "$0")/lib.sh"
@@ -41,12 +41,13 @@ batch() {
   stats_snapshot "$VNIC" "$TMPD/after.json"
 }
 
-log "$N well-formed MADs to QP 1: handed to the stand-in handler, never to the engine"
+log "$N well-formed REQs to QP 1: handed to the CM (never to the engine), each answered by a REJ"
 batch gsi_mad
 expect_delta "$TMPD/before.json" "$TMPD/after.json" gsi.rx_packets "$N"
 expect_delta "$TMPD/before.json" "$TMPD/after.json" gsi.rx_mads "$N"
-expect_delta "$TMPD/before.json" "$TMPD/after.json" gsi.rx_discarded_no_cm "$N"
-expect_delta "$TMPD/before.json" "$TMPD/after.json" gsi.tx_mads 0
+expect_delta "$TMPD/before.json" "$TMPD/after.json" cm.rx_req "$N"
+expect_delta "$TMPD/before.json" "$TMPD/after.json" cm.tx_rej "$N"
+expect_delta "$TMPD/before.json" "$TMPD/after.json" gsi.tx_mads "$N"
 counter "$TMPD/after.json" roce_opcodes.ud_send_only.rx_packets  # the first RoCE packets of the test
 expect_eq "$COUNT" "$N" "roce_opcodes.ud_send_only.rx_packets"
 expect_delta "$TMPD/before.json" "$TMPD/after.json" roce.rx_bad_icrc 0
@@ -69,7 +70,7 @@ send_mads gsi_mad 1
 send_mads gsi_bad_qkey 1
 wait_until 20 "the trace to end after 2 events" sh -c "! kill -0 $TRACE_PID 2>/dev/null"
 wait "$TRACE_PID" || fail "trace exited $?: $(cat "$TMPD/gsi.err")"
-grep -qE '^  gsi   to the GSI endpoint: MAD base 1 class 0x07 version 2 method 0x03 attribute 0x0010$' \
+grep -qE '^  gsi   to the GSI endpoint: CM REQ tid 0x[0-9a-f]{16} ' \
   "$TMPD/gsi.trace" || fail "no gsi line for the MAD: $(cat "$TMPD/gsi.trace")"
 grep -qE '^  gsi   dropped by the GSI endpoint: bad_qkey$' "$TMPD/gsi.trace" ||
   fail "no gsi line for the dropped MAD: $(cat "$TMPD/gsi.trace")"

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "rocev2/cm/mad.h"
 #include "rocev2/encap.h"
 #include "rocev2/gsi.h"
 #include "tests/sample_mad.h"
@@ -244,7 +245,7 @@ std::vector<std::uint8_t> gsi_frame(const rocev2::TransportPacket& packet) {
 
 }  // namespace
 
-TEST_CASE("trace: a MAD for QP 1 has a gsi line with its class and attribute, a dropped one its reason") {
+TEST_CASE("trace: a MAD for QP 1 has a gsi line with the CM message decoded, a dropped one its reason") {
   TraceScene scene;
   const auto mad = test::sample_mad(0x0010);
   const rocev2::TransportPacket packet = rocev2::gsi_packet(rocev2::Psn(5), mad);
@@ -258,8 +259,25 @@ TEST_CASE("trace: a MAD for QP 1 has a gsi line with its class and attribute, a 
   INFO(text);
   CHECK(text.find("rx frame 322 bytes") != std::string::npos);
   CHECK(text.find("  roce  UD SEND_ONLY qp 0x000001 psn 5") != std::string::npos);
-  const std::string header = "MAD base 1 class 0x07 version 2 method 0x03 attribute 0x0010";
+  // The sample's counting bytes happen to make a REQ the codec takes: the line is its decoding.
+  const auto message = rocev2::cm::parse_cm_mad(ByteSpan(mad.data(), mad.size()));
+  REQUIRE(message);
+  const std::string header = rocev2::cm::describe(*message);
+  CHECK(header.starts_with("CM REQ tid 0x08090a0b0c0d0e0f "));
   CHECK(text.find("\n  gsi   to the GSI endpoint: " + header + "\n") != std::string::npos);
+
+  // A MAD of another class (or a CM MAD that does not parse): its header fields.
+  const auto other = test::sample_mad(0x0001);
+  rocev2::TransportPacket other_packet = rocev2::gsi_packet(rocev2::Psn(6), other);
+  std::array<std::uint8_t, rocev2::kMadLength> not_cm = other;
+  not_cm[1] = 0x81;
+  other_packet.payload = ByteSpan(not_cm.data(), not_cm.size());
+  const std::vector<std::uint8_t> other_frame = gsi_frame(other_packet);
+  scene.capture.on_frame(ByteSpan(other_frame), FrameDirection::Received);
+  scene.telemetry.on_gsi_received(other_packet, rocev2::GsiDrop::none);
+  text = scene.finish_event();
+  CHECK(text.find("\n  gsi   to the GSI endpoint: MAD base 1 class 0x81 version 2 method 0x03 attribute 0x0001\n") !=
+        std::string::npos);
 
   // Dropped: the reason instead of the header.
   rocev2::TransportPacket spoilt = packet;

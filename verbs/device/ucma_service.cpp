@@ -8,6 +8,7 @@
 #include <endian.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <type_traits>
@@ -216,14 +217,20 @@ ucma::Frame UcmaService::create_channel(uid_t uid, const ucma::Frame& request, c
   while (token == 0 || channels_.contains(token)) token = random_();
   channels_.emplace(token, Channel{.token = token, .fd = fd, .uid = uid, .events = {}, .markers = 0});
   ++counters_.channels_opened;
-  // The application never writes on its end: readable means closed (EOF) or broken.
+  // The shim never writes on its end (a write on an untracked duplicate of the descriptor
+  // would): what arrives is discarded, and EOF means every application copy is closed.
   watcher_.watch(fd, [this, token](Instant now) {
     const auto it = channels_.find(token);
     if (it == channels_.end()) return;
-    char byte = 0;
-    const ssize_t n = ::recv(it->second.fd, &byte, 1, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    close_channel(token, now);
+    std::array<char, 512> discard{};
+    for (;;) {
+      const ssize_t n = ::recv(it->second.fd, discard.data(), discard.size(), MSG_DONTWAIT);
+      if (n > 0) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n < 0 && errno == EINTR) continue;
+      close_channel(token, now);
+      return;
+    }
   });
   reply.channel = token;
   return reply;
@@ -350,6 +357,7 @@ std::uint32_t UcmaService::destroy(CmId& id, Instant now) {
   if (id.state == IdState::Listen) cm_.unlisten(service_id(id, id.src.port));
   unbind(id);
   const std::uint32_t reported = id.events_reported;
+  resolving_.erase(number);
   ids_.erase(number);
   ++counters_.ids_destroyed;
   return reported;
@@ -479,6 +487,7 @@ UcmaService::Reply UcmaService::resolve_ip(Channel& ch, ByteSpan body, Instant n
   id->dst = Endpoint{*destination->ip, destination->port};
   id->state = IdState::AddrQuery;
   id->resolve_deadline = now + std::chrono::milliseconds(std::max<std::uint32_t>(cmd->timeout_ms, 1));
+  resolving_.insert(id->id);
   ++counters_.address_resolutions;
   check_resolution(*id, now);
   return {0, {}};
@@ -490,6 +499,7 @@ void UcmaService::check_resolution(CmId& id, Instant now) {
   const AddressResolver::Reach reach = resolver_.reach(id.dst.ip, now);
   if (reach == AddressResolver::Reach::resolving && now < *id.resolve_deadline) return;
   id.resolve_deadline.reset();
+  resolving_.erase(id.id);
   if (reach == AddressResolver::Reach::reachable) {
     id.state = IdState::AddrResolved;
     queue_event(id.id, QueuedEvent{.id = id.id, .resp = event_for(id, ucma::kAddrResolved, 0)});
@@ -969,11 +979,13 @@ void UcmaService::on_connect_request(const cm::CmEvent& e) {
 // ---------------------------------------------------------------------------------------
 // Time and listing
 
+// Only the ids resolving an address are looked at, never every id.
 std::optional<Instant> UcmaService::next_deadline() const {
   std::optional<Instant> next = cm_.next_deadline();
-  for (const auto& [number, id] : ids_) {
-    if (!id.resolve_deadline) continue;
-    const Instant poll = std::min(*id.resolve_deadline, now_ + kResolvePoll);
+  for (std::uint32_t number : resolving_) {
+    const auto it = ids_.find(number);
+    if (it == ids_.end() || !it->second.resolve_deadline) continue;
+    const Instant poll = std::min(*it->second.resolve_deadline, now_ + kResolvePoll);
     if (!next || poll < *next) next = poll;
   }
   return next;
@@ -982,10 +994,7 @@ std::optional<Instant> UcmaService::next_deadline() const {
 void UcmaService::advance(Instant now) {
   now_ = now;
   cm_.advance(now);
-  std::vector<std::uint32_t> resolving;
-  for (const auto& [number, id] : ids_) {
-    if (id.resolve_deadline) resolving.push_back(number);
-  }
+  const std::vector<std::uint32_t> resolving(resolving_.begin(), resolving_.end());
   for (std::uint32_t number : resolving) {
     if (const auto it = ids_.find(number); it != ids_.end() && it->second.resolve_deadline) check_resolution(it->second, now);
   }

@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -197,6 +198,7 @@ class UcmaService final : private rocev2::cm::CmEventSink {
   std::map<std::uint32_t, CmId> ids_;
   std::map<std::pair<std::uint16_t, std::uint16_t>, std::vector<std::uint32_t>> ports_;  // (ps, port) -> ids
   std::map<std::uint32_t, std::uint32_t> id_of_connection_;  // CM connection -> id
+  std::set<std::uint32_t> resolving_;                         // ids in ADDR_QUERY
   std::uint32_t next_id_ = 1;
   std::mt19937_64 random_;
   UcmaCounters counters_;

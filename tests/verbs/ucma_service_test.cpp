@@ -1,0 +1,533 @@
+// The rdma_cm device of the daemon (verbs/device/ucma_service.h) driven as librdmacm drives it:
+// ucma command frames in, response structures and events out, two services joined by a MAD
+// queue standing in for QP 1 on the wire. What the shim does with the frames is
+// tests/ucma's business; here every answer is checked field by field.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <deque>
+#include <string>
+
+#include "rocev2/cm/cm.h"
+#include "verbs/device/ucma_service.h"
+#include "nic_client.h"
+
+namespace rrdma::verbs {
+using test::FakeWatcher;
+
+namespace {
+
+namespace cm = rocev2::cm;
+
+const stack::Ipv4Address kServerIp{0x0A000001};  // 10.0.0.1
+const stack::Ipv4Address kClientIp{0x0A000002};  // 10.0.0.2
+
+struct Mad {
+  stack::Ipv4Address from;
+  stack::Ipv4Address to;
+  std::array<std::uint8_t, rocev2::kMadLength> bytes;
+};
+
+// QP 1 between the hosts: MADs wait here until deliver(); `drop_next` loses some.
+struct Wire {
+  std::deque<Mad> in_flight;
+  int drop_next = 0;
+};
+
+class QueueSink final : public cm::CmMadSink {
+ public:
+  QueueSink(Wire& wire, stack::Ipv4Address self) : wire_(wire), self_(self) {}
+  void send_cm_mad(stack::Ipv4Address destination, rocev2::MadSpan mad, Instant) override {
+    if (wire_.drop_next > 0) {
+      --wire_.drop_next;
+      return;
+    }
+    Mad m{self_, destination, {}};
+    std::memcpy(m.bytes.data(), mad.data(), mad.size());
+    wire_.in_flight.push_back(m);
+  }
+
+ private:
+  Wire& wire_;
+  stack::Ipv4Address self_;
+};
+
+class FixedResolver final : public AddressResolver {
+ public:
+  Reach answer = Reach::reachable;
+  Reach reach(stack::Ipv4Address, Instant) override { return answer; }
+};
+
+struct Host {
+  Host(Wire& wire, stack::Ipv4Address ip, std::uint8_t mac_low)
+      : sink(wire, ip), service(config_for(ip, mac_low), sink, resolver, watcher) {}
+
+  static UcmaConfig config_for(stack::Ipv4Address ip, std::uint8_t mac_low) {
+    UcmaConfig c;
+    c.address = ip;
+    c.node_guid = 0x0200'00FF'FE00'0000ull | mac_low;
+    c.netdev_mtu = 1500;
+    c.cm.local_ca_guid = c.node_guid;
+    c.cm.local_address = ip;
+    c.cm.tid_high = mac_low;
+    c.cm.first_comm_id = 0x100u * mac_low;
+    return c;
+  }
+
+  // A channel as the shim opens it: returns the application's end; `token` set.
+  int open_channel(uid_t uid = 1000) {
+    int pair[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+    control::ReceivedFds fds;
+    fds.add(pair[1]);
+    const ucma::Frame reply = service.handle(uid, ucma::Frame{.kind = ucma::Kind::CreateChannel, .body = {}}, fds, now);
+    REQUIRE(reply.status == 0);
+    REQUIRE(reply.channel != 0);
+    token = reply.channel;
+    app_fd = pair[0];
+    return pair[0];
+  }
+
+  template <typename T>
+  ucma::Frame command(std::uint32_t cmd, const T& body, uid_t uid = 1000, std::uint64_t channel = 0) {
+    ucma::Frame request{.kind = ucma::Kind::Command, .command = cmd, .channel = channel ? channel : token, .body = {}};
+    request.body.resize(sizeof(T));
+    std::memcpy(request.body.data(), &body, sizeof(T));
+    control::ReceivedFds none;
+    return service.handle(uid, request, none, now);
+  }
+
+  template <typename R>
+  R response(const ucma::Frame& reply) {
+    REQUIRE(reply.status == 0);
+    REQUIRE(reply.body.size() == sizeof(R));
+    R r;
+    std::memcpy(&r, reply.body.data(), sizeof(R));
+    return r;
+  }
+
+  std::uint32_t create_id(std::uint64_t uid, std::uint16_t ps = RDMA_PS_TCP) {
+    rdma_ucm_create_id c{};
+    c.uid = uid;
+    c.ps = ps;
+    c.qp_type = ps == RDMA_PS_UDP ? 4 : 2;
+    return response<rdma_ucm_create_id_resp>(command(RDMA_USER_CM_CMD_CREATE_ID, c)).id;
+  }
+
+  // The marker protocol: one byte per queued event on the application's end.
+  bool marker_waiting() {
+    char byte;
+    return ::recv(app_fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK) == 1;
+  }
+
+  // GET_EVENT as the shim does it: a marker, then the command.
+  rdma_ucm_event_resp next_event() {
+    char byte;
+    REQUIRE(::recv(app_fd, &byte, 1, MSG_DONTWAIT) == 1);
+    return response<rdma_ucm_event_resp>(command(RDMA_USER_CM_CMD_GET_EVENT, rdma_ucm_get_event{}));
+  }
+
+  ~Host() {
+    if (app_fd >= 0) ::close(app_fd);
+  }
+
+  FakeWatcher watcher;
+  FixedResolver resolver;
+  QueueSink sink;
+  UcmaService service;
+  Instant now{};
+  std::uint64_t token = 0;
+  int app_fd = -1;
+};
+
+sockaddr_in6 ipv4_address(stack::Ipv4Address ip, std::uint16_t port) {
+  sockaddr_in6 storage{};
+  sockaddr_in in{};
+  in.sin_family = AF_INET;
+  in.sin_port = htons(port);
+  in.sin_addr.s_addr = htonl(ip.value);
+  std::memcpy(&storage, &in, sizeof(in));
+  return storage;
+}
+
+stack::Ipv4Address ip_of(const sockaddr_in6& storage, std::uint16_t& port) {
+  sockaddr_in in{};
+  std::memcpy(&in, &storage, sizeof(in));
+  REQUIRE(in.sin_family == AF_INET);
+  port = ntohs(in.sin_port);
+  return stack::Ipv4Address{ntohl(in.sin_addr.s_addr)};
+}
+
+struct Pair {
+  Wire wire;
+  Host server{wire, kServerIp, 1};
+  Host client{wire, kClientIp, 2};
+
+  // Hands every MAD in flight to its destination's CM (and what that sends, until quiet).
+  void deliver() {
+    for (int rounds = 0; rounds < 100 && !wire.in_flight.empty(); ++rounds) {
+      const Mad m = wire.in_flight.front();
+      wire.in_flight.pop_front();
+      Host& to = m.to == kServerIp ? server : client;
+      const rocev2::ReceivedMad received{.source = m.from,
+                                         .udp_source_port = rocev2::kGsiUdpSourcePort,
+                                         .source_qp = rocev2::kGsiQpn,
+                                         .pkey = rocev2::Pkey{0xFFFF},
+                                         .psn = rocev2::Psn{0},
+                                         .mad = rocev2::MadSpan(m.bytes.data(), rocev2::kMadLength),
+                                         .ipv4_header = {}};
+      to.service.cm().on_mad(received, to.now);
+    }
+  }
+
+  std::uint32_t listen(std::uint16_t port, std::uint16_t ps = RDMA_PS_TCP, std::uint32_t backlog = 3) {
+    server.open_channel();
+    const std::uint32_t id = server.create_id(0x1000, ps);
+    rdma_ucm_bind_ip bind{};
+    bind.addr = ipv4_address(kServerIp, port);
+    bind.id = id;
+    REQUIRE(server.command(RDMA_USER_CM_CMD_BIND_IP, bind).status == 0);
+    REQUIRE(server.command(RDMA_USER_CM_CMD_LISTEN, rdma_ucm_listen{.id = id, .backlog = backlog}).status == 0);
+    return id;
+  }
+
+  // The client's id through ADDR_RESOLVED and ROUTE_RESOLVED.
+  std::uint32_t resolve(std::uint16_t port, std::uint16_t ps = RDMA_PS_TCP) {
+    client.open_channel();
+    const std::uint32_t id = client.create_id(0x2000, ps);
+    rdma_ucm_resolve_ip r{};
+    r.dst_addr = ipv4_address(kServerIp, port);
+    r.id = id;
+    r.timeout_ms = 2000;
+    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r).status == 0);
+    const auto resolved = client.next_event();
+    REQUIRE(resolved.event == ucma::kAddrResolved);
+    REQUIRE(resolved.uid == 0x2000);
+    REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{.id = id, .timeout_ms = 2000}).status == 0);
+    REQUIRE(client.next_event().event == ucma::kRouteResolved);
+    return id;
+  }
+
+  ucma::Frame connect(std::uint32_t id, std::uint32_t qpn, const std::string& text = "hello") {
+    rdma_ucm_connect c{};
+    c.id = id;
+    c.conn_param.qp_num = qpn;
+    c.conn_param.responder_resources = 1;
+    c.conn_param.initiator_depth = 1;
+    c.conn_param.retry_count = 7;
+    c.conn_param.rnr_retry_count = 7;
+    c.conn_param.valid = 1;
+    std::memcpy(c.conn_param.private_data, text.data(), text.size());
+    c.conn_param.private_data_len = static_cast<std::uint8_t>(text.size());
+    return client.command(RDMA_USER_CM_CMD_CONNECT, c);
+  }
+};
+
+ib_uverbs_qp_attr init_qp_attr(Host& h, std::uint32_t id, rocev2::QpState state) {
+  rdma_ucm_init_qp_attr c{};
+  c.id = id;
+  c.qp_state = static_cast<std::uint32_t>(state);
+  return h.response<ib_uverbs_qp_attr>(h.command(RDMA_USER_CM_CMD_INIT_QP_ATTR, c));
+}
+
+ucma::Frame accept_passive(Host& h, std::uint32_t id, std::uint64_t uid, std::uint32_t qpn) {
+  rdma_ucm_accept a{};
+  a.uid = uid;
+  a.id = id;
+  a.conn_param.qp_num = qpn;
+  a.conn_param.responder_resources = 1;
+  a.conn_param.initiator_depth = 1;
+  a.conn_param.rnr_retry_count = 7;
+  a.conn_param.valid = 1;
+  return h.command(RDMA_USER_CM_CMD_ACCEPT, a);
+}
+
+}  // namespace
+
+TEST_CASE("ucma: an RC connection from CONNECT to TIMEWAIT_EXIT, as rping makes it", "[ucma]") {
+  Pair p;
+  const std::uint32_t listener = p.listen(7174);
+  const std::uint32_t active = p.resolve(7174);
+
+  // Before the connection exists, INIT gives access 0 (cma_ib_init_qp_attr).
+  const auto init0 = init_qp_attr(p.client, active, rocev2::QpState::Init);
+  CHECK((init0.qp_attr_mask & rocev2::qp_attr::kAccessFlags) != 0);
+  CHECK(init0.qp_access_flags == 0);
+  CHECK(init0.port_num == 1);
+
+  REQUIRE(p.connect(active, 0x11).status == 0);
+  REQUIRE(p.wire.in_flight.size() == 1);
+  p.deliver();
+
+  REQUIRE(p.server.marker_waiting());
+  const auto request = p.server.next_event();
+  CHECK(request.event == ucma::kConnectRequest);
+  CHECK(request.uid == 0x1000);  // the listener's
+  const std::uint32_t passive = request.id;
+  CHECK(passive != listener);
+  CHECK(request.param.conn.qp_num == 0x11);
+  CHECK(request.param.conn.private_data_len == cm::kReqUserDataLength);
+  CHECK(std::memcmp(request.param.conn.private_data, "hello", 5) == 0);
+  CHECK(request.param.conn.responder_resources == 1);
+  CHECK(request.param.conn.initiator_depth == 1);
+
+  // The new id knows both ends from the CMA header and is on the device.
+  rdma_ucm_query q{};
+  q.id = passive;
+  const auto route = p.server.response<rdma_ucm_query_route_resp>(p.server.command(RDMA_USER_CM_CMD_QUERY_ROUTE, q));
+  std::uint16_t local_port = 0, peer_port = 0;
+  CHECK(ip_of(route.src_addr, local_port) == kServerIp);
+  CHECK(local_port == 7174);
+  CHECK(ip_of(route.dst_addr, peer_port) == kClientIp);
+  CHECK(peer_port >= 32768);
+  CHECK(route.node_guid == htobe64(0x0200'00FF'FE00'0001ull));
+  CHECK(route.num_paths == 1);
+
+  const auto s_init = init_qp_attr(p.server, passive, rocev2::QpState::Init);
+  CHECK(s_init.qp_access_flags == (rocev2::access::kRemoteWrite | rocev2::access::kRemoteRead | rocev2::access::kRemoteAtomic));
+  const auto s_rtr = init_qp_attr(p.server, passive, rocev2::QpState::Rtr);
+  CHECK(s_rtr.dest_qp_num == 0x11);
+  CHECK(s_rtr.path_mtu == 3);  // 1024 at a 1500-byte netdev MTU
+  CHECK(s_rtr.ah_attr.is_global == 1);
+  CHECK(s_rtr.ah_attr.grh.dgid[10] == 0xFF);
+  CHECK(s_rtr.ah_attr.grh.dgid[15] == 2);
+  const auto s_rts = init_qp_attr(p.server, passive, rocev2::QpState::Rts);
+  CHECK(s_rts.timeout == cm::kAvTimeout);
+  CHECK(s_rts.retry_cnt == 7);
+
+  REQUIRE(accept_passive(p.server, passive, 0x3000, 0x22).status == 0);
+  p.deliver();
+
+  const auto response = p.client.next_event();
+  CHECK(response.event == ucma::kConnectResponse);
+  CHECK(response.uid == 0x2000);
+  CHECK(response.param.conn.qp_num == 0x22);
+  const auto c_rtr = init_qp_attr(p.client, active, rocev2::QpState::Rtr);
+  const auto c_rts = init_qp_attr(p.client, active, rocev2::QpState::Rts);
+  CHECK(c_rtr.dest_qp_num == 0x22);
+  // Each side sends from the PSN the other expects.
+  CHECK(c_rts.sq_psn == s_rtr.rq_psn);
+  CHECK(s_rts.sq_psn == c_rtr.rq_psn);
+
+  rdma_ucm_accept rtu{};
+  rtu.id = active;
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_ACCEPT, rtu).status == 0);
+  p.deliver();
+  const auto established = p.server.next_event();
+  CHECK(established.event == ucma::kEstablished);
+  CHECK(established.uid == 0x3000);  // what ACCEPT set
+  CHECK_FALSE(p.client.marker_waiting());  // librdmacm reports ESTABLISHED to the active side itself
+
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{.id = active}).status == 0);
+  p.deliver();
+  const auto server_down = p.server.next_event();
+  CHECK(server_down.event == ucma::kDisconnected);
+  REQUIRE(p.server.command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{.id = passive}).status == 0);
+  p.deliver();
+  CHECK(p.client.next_event().event == ucma::kDisconnected);
+  for (Host* h : {&p.server, &p.client}) {
+    h->now += cm::kTimewait;
+    h->service.advance(h->now);
+    CHECK(h->next_event().event == ucma::kTimewaitExit);
+  }
+
+  // events_reported counts what GET_EVENT gave for each id; the request counts for the listener.
+  rdma_ucm_destroy_id d{};
+  d.id = passive;
+  CHECK(p.server.response<rdma_ucm_destroy_id_resp>(p.server.command(RDMA_USER_CM_CMD_DESTROY_ID, d)).events_reported == 3);
+  d.id = listener;
+  CHECK(p.server.response<rdma_ucm_destroy_id_resp>(p.server.command(RDMA_USER_CM_CMD_DESTROY_ID, d)).events_reported == 1);
+  d.id = active;
+  CHECK(p.client.response<rdma_ucm_destroy_id_resp>(p.client.command(RDMA_USER_CM_CMD_DESTROY_ID, d)).events_reported == 5);
+  CHECK(p.server.command(RDMA_USER_CM_CMD_DESTROY_ID, d).status == EINVAL);  // not the server's id
+}
+
+TEST_CASE("ucma: a REQ for a port nobody listens on comes back REJECTED 8 at once", "[ucma]") {
+  Pair p;
+  p.server.open_channel();
+  const std::uint32_t active = p.resolve(9999);
+  REQUIRE(p.connect(active, 0x11).status == 0);
+  p.deliver();
+  const auto rejected = p.client.next_event();
+  CHECK(rejected.event == ucma::kRejected);
+  CHECK(rejected.status == 8);
+  CHECK(rejected.uid == 0x2000);
+}
+
+TEST_CASE("ucma: a second listener on a taken port gets EADDRINUSE, and the port is free once destroyed", "[ucma]") {
+  Pair p;
+  const std::uint32_t first = p.listen(7174);
+  const std::uint32_t second = p.server.create_id(0x5000);
+  rdma_ucm_bind_ip bind{};
+  bind.addr = ipv4_address(stack::Ipv4Address{0}, 7174);  // INADDR_ANY: the same vnic
+  bind.id = second;
+  CHECK(p.server.command(RDMA_USER_CM_CMD_BIND_IP, bind).status == EADDRINUSE);
+  bind.addr = ipv4_address(stack::Ipv4Address{0x0A000063}, 7175);  // not the vnic's address
+  CHECK(p.server.command(RDMA_USER_CM_CMD_BIND_IP, bind).status == EADDRNOTAVAIL);
+  rdma_ucm_destroy_id d{};
+  d.id = first;
+  REQUIRE(p.server.command(RDMA_USER_CM_CMD_DESTROY_ID, d).status == 0);
+  bind.addr = ipv4_address(kServerIp, 7174);
+  CHECK(p.server.command(RDMA_USER_CM_CMD_BIND_IP, bind).status == 0);
+  CHECK(p.server.command(RDMA_USER_CM_CMD_LISTEN, rdma_ucm_listen{.id = second, .backlog = 1}).status == 0);
+}
+
+TEST_CASE("ucma: closing a channel destroys its ids: a connected peer sees DISCONNECTED", "[ucma]") {
+  Pair p;
+  p.listen(7174);
+  const std::uint32_t active = p.resolve(7174);
+  REQUIRE(p.connect(active, 0x11).status == 0);
+  p.deliver();
+  const std::uint32_t passive = p.server.next_event().id;
+  REQUIRE(accept_passive(p.server, passive, 0x3000, 0x22).status == 0);
+  p.deliver();
+  REQUIRE(p.client.next_event().event == ucma::kConnectResponse);
+  rdma_ucm_accept rtu{};
+  rtu.id = active;
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_ACCEPT, rtu).status == 0);
+  p.deliver();
+  REQUIRE(p.server.next_event().event == ucma::kEstablished);
+
+  // Bytes written on the application's end (an untracked dup of the descriptor) are
+  // discarded; the channel lives on.
+  REQUIRE(::send(p.client.app_fd, "junk", 4, 0) == 4);
+  REQUIRE(p.client.watcher.run_ready());
+  CHECK(p.client.service.counters().channels_closed == 0);
+
+  // The client process dies: its end of the channel closes, the daemon reads EOF.
+  ::close(std::exchange(p.client.app_fd, -1));
+  REQUIRE(p.client.watcher.run_ready());
+  CHECK(p.client.service.counters().channels_closed == 1);
+  p.deliver();
+  CHECK(p.server.next_event().event == ucma::kDisconnected);
+}
+
+TEST_CASE("ucma: an address nobody answers ARP for is ADDR_ERROR -ETIMEDOUT after the timeout", "[ucma]") {
+  Pair p;
+  p.client.open_channel();
+  p.client.resolver.answer = AddressResolver::Reach::resolving;
+  const std::uint32_t id = p.client.create_id(0x2000);
+  rdma_ucm_resolve_ip r{};
+  r.dst_addr = ipv4_address(stack::Ipv4Address{0x0A000063}, 7174);
+  r.id = id;
+  r.timeout_ms = 2000;
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r).status == 0);
+  CHECK_FALSE(p.client.marker_waiting());
+  p.client.now += std::chrono::milliseconds(1999);
+  p.client.service.advance(p.client.now);
+  CHECK_FALSE(p.client.marker_waiting());
+  p.client.now += std::chrono::milliseconds(1);
+  p.client.service.advance(p.client.now);
+  const auto error = p.client.next_event();
+  CHECK(error.event == ucma::kAddrError);
+  CHECK(static_cast<std::int32_t>(error.status) == -ETIMEDOUT);
+}
+
+TEST_CASE("ucma: UD ids resolve each other's QP with SIDR, as udaddy does", "[ucma]") {
+  Pair p;
+  p.listen(7174, RDMA_PS_UDP);
+  const std::uint32_t active = p.resolve(7174, RDMA_PS_UDP);
+  const auto init = init_qp_attr(p.client, active, rocev2::QpState::Init);
+  CHECK((init.qp_attr_mask & rocev2::qp_attr::kQkey) != 0);
+  CHECK(init.qkey == 0x01234567);
+  REQUIRE(p.connect(active, 0x44, "udaddy").status == 0);
+  p.deliver();
+  const auto request = p.server.next_event();
+  REQUIRE(request.event == ucma::kConnectRequest);
+  CHECK(request.param.ud.private_data_len == cm::kSidrReqUserDataLength);
+  CHECK(std::memcmp(request.param.ud.private_data, "udaddy", 6) == 0);
+  rdma_ucm_accept a{};
+  a.uid = 0x3000;
+  a.id = request.id;
+  a.conn_param.qp_num = 0x55;
+  a.conn_param.valid = 1;
+  REQUIRE(p.server.command(RDMA_USER_CM_CMD_ACCEPT, a).status == 0);
+  p.deliver();
+  const auto established = p.client.next_event();
+  CHECK(established.event == ucma::kEstablished);
+  CHECK(established.param.ud.qp_num == 0x55);
+  CHECK(established.param.ud.qkey == 0x01234567);
+  CHECK(established.param.ud.ah_attr.is_global == 1);
+  CHECK(established.param.ud.ah_attr.grh.dgid[15] == 1);
+}
+
+TEST_CASE("ucma: destroying a listener takes its unfetched requests with it (REJ 28 to the peer)", "[ucma]") {
+  Pair p;
+  const std::uint32_t listener = p.listen(7174);
+  const std::uint32_t active = p.resolve(7174);
+  REQUIRE(p.connect(active, 0x11).status == 0);
+  p.deliver();
+  REQUIRE(p.server.marker_waiting());
+  rdma_ucm_destroy_id d{};
+  d.id = listener;
+  CHECK(p.server.response<rdma_ucm_destroy_id_resp>(p.server.command(RDMA_USER_CM_CMD_DESTROY_ID, d)).events_reported == 0);
+  CHECK(p.server.service.counters().events_purged == 1);
+  // The stale marker is answered "nothing" (EAGAIN): the shim then waits for the next one.
+  char byte;
+  REQUIRE(::recv(p.server.app_fd, &byte, 1, MSG_DONTWAIT) == 1);
+  CHECK(p.server.command(RDMA_USER_CM_CMD_GET_EVENT, rdma_ucm_get_event{}).status == EAGAIN);
+  p.deliver();
+  const auto rejected = p.client.next_event();
+  CHECK(rejected.event == ucma::kRejected);
+  CHECK(rejected.status == 28);
+}
+
+TEST_CASE("ucma: a full backlog drops a request without a REJ, and the resent REQ finds room", "[ucma]") {
+  Pair p;
+  p.listen(7174, RDMA_PS_TCP, 1);
+  const std::uint32_t first = p.resolve(7174);
+  REQUIRE(p.connect(first, 0x11).status == 0);
+  p.deliver();
+  // A second client id on the same channel, to the same listener.
+  const std::uint32_t second = p.client.create_id(0x2001);
+  rdma_ucm_resolve_ip r{};
+  r.dst_addr = ipv4_address(kServerIp, 7174);
+  r.id = second;
+  r.timeout_ms = 2000;
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r).status == 0);
+  REQUIRE(p.client.next_event().event == ucma::kAddrResolved);
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{.id = second}).status == 0);
+  REQUIRE(p.client.next_event().event == ucma::kRouteResolved);
+  REQUIRE(p.connect(second, 0x12).status == 0);
+  p.deliver();
+  CHECK(p.server.service.counters().connect_requests_dropped_backlog == 1);
+  CHECK(p.wire.in_flight.empty());  // no REJ
+  REQUIRE(p.server.next_event().event == ucma::kConnectRequest);  // fetching frees the slot
+  p.client.now += cm::kReqResendInterval;
+  p.client.service.advance(p.client.now);
+  p.deliver();
+  const auto second_request = p.server.next_event();
+  CHECK(second_request.event == ucma::kConnectRequest);
+  CHECK(second_request.param.conn.qp_num == 0x12);
+}
+
+TEST_CASE("ucma: hostile and foreign commands are refused, not obeyed", "[ucma]") {
+  Pair p;
+  p.server.open_channel(1000);
+  const std::uint32_t id = p.server.create_id(0x1000);
+  // Another user's command naming this channel.
+  CHECK(p.server.command(RDMA_USER_CM_CMD_LISTEN, rdma_ucm_listen{.id = id, .backlog = 1}, 2000).status == EACCES);
+  // A body shorter than the command's structure.
+  ucma::Frame shorty{.kind = ucma::Kind::Command, .command = RDMA_USER_CM_CMD_CONNECT, .channel = p.server.token,
+                     .body = std::vector<std::uint8_t>(10)};
+  control::ReceivedFds none;
+  CHECK(p.server.service.handle(1000, shorty, none, p.server.now).status == EINVAL);
+  // Unknown commands, multicast, AF_IB.
+  CHECK(p.server.command(77, rdma_ucm_listen{}).status == ENOSYS);
+  CHECK(p.server.command(RDMA_USER_CM_CMD_JOIN_MCAST, rdma_ucm_join_mcast{}).status == ENOSYS);
+  rdma_ucm_bind b{};
+  b.id = id;
+  b.addr_size = sizeof(b.addr);
+  b.addr.ss_family = 27;  // AF_IB
+  CHECK(p.server.command(RDMA_USER_CM_CMD_BIND, b).status == EAFNOSUPPORT);
+  // A channel token nobody was given.
+  CHECK(p.server.command(RDMA_USER_CM_CMD_LISTEN, rdma_ucm_listen{.id = id}, 1000, 12345).status == EBADF);
+  // GET_EVENT with nothing queued.
+  CHECK(p.server.command(RDMA_USER_CM_CMD_GET_EVENT, rdma_ucm_get_event{}).status == EAGAIN);
+}
+
+}  // namespace rrdma::verbs
