@@ -108,8 +108,15 @@ stop_unless_first_passed() {  # stop_unless_first_passed PASSED WHAT OUTPUT
   FIRST_CASE=0
   (( $1 )) && return 0
   [[ "${RRDMA_INTEROP_KEEP_GOING:-0}" == 1 ]] && return 0
-  save_artifacts rdma_cm_rxe "$3" "$TMPD"/*.out 2>/dev/null
-  fail "the first rdma_cm case failed ($2: $(why "$3")): does the vnic serve rdma_cm yet (the daemon's CM and rrdma-vnic exec's rdma_cm shim)? Stopping; RRDMA_INTEROP_KEEP_GOING=1 runs every case"
+  local vm
+  for vm in "$TMPD"/cm-servers "$TMPD"/cm-clients; do
+    [[ -d "$vm" ]] || continue
+    tr -d '\r' <"$vm/output.log" >"$TMPD/rxe-$(basename "$vm").out" 2>/dev/null
+    cp "$vm/console.log" "$TMPD/rxe-$(basename "$vm").console" 2>/dev/null
+  done
+  stop_capture
+  save_artifacts rdma_cm_rxe "$3" "$TMPD"/*.out "$TMPD"/rxe-*.* "$TMPD/rdma_cm.pcapng" 2>/dev/null
+  fail "the first rdma_cm case failed ($2: $(why "$3")): does the vnic serve rdma_cm (the daemon's CM and rrdma-vnic exec's rdma_cm shim)? Stopping; RRDMA_INTEROP_KEEP_GOING=1 runs every case"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -154,7 +161,7 @@ rxe_servers() {  # rxe_servers PORT_BASE
       stop_unless_first_passed 1 "" "$out"
     else
       row "$direction" "${NAMES[$i]}" FAIL "vnic client exit $client_rc ($try tries): $(why "$out") / rxe server: $server_status"
-      stop_unless_first_passed 0 "vnic client ${NAMES[$i]}, exit $client_rc" "$out"
+      stop_unless_first_passed 0 "vnic client ${NAMES[$i]}, exit $client_rc; rxe server: $server_status" "$out"
       fail_case "$direction ${NAMES[$i]}"
       # A server still waiting for its client holds up every later case of the sequence.
       [[ "$server_status" == timeout || "$server_status" == "not waited for" ]] && { stuck=1; break; }
@@ -213,7 +220,7 @@ rxe_clients() {  # rxe_clients PORT_BASE
       stop_unless_first_passed 1 "" "$out"
     else
       row "$direction" "${NAMES[$i]}" FAIL "vnic server exit $server_rc: $(why "$out") / rxe client: $client_status"
-      stop_unless_first_passed 0 "vnic server ${NAMES[$i]}, exit $server_rc" "$out"
+      stop_unless_first_passed 0 "vnic server ${NAMES[$i]}, exit $server_rc; rxe client: $client_status" "$out"
       fail_case "$direction ${NAMES[$i]}"
     fi
   done
