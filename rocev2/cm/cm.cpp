@@ -128,8 +128,13 @@ ConnectionManager::ConnectionManager(const CmConfig& config, CmMadSink& mads, Cm
 
 // --- Helpers ---------------------------------------------------------------------------------
 
+// cm_form_tid: hi_tid << 32 | the comm ID as the kernel holds it, a __be32 read as a
+// little-endian u32, so that its bytes come reversed on the wire (rxe's capture: comm ID
+// 0x76700d15 in TID 0x00000002150d7076; docs/RDMA_CM.md, "Checked against rxe's capture").
 std::uint64_t ConnectionManager::own_tid(const Connection& c) const {
-  return (std::uint64_t{config_.tid_high} << 32) | c.local_id.value();  // cm_form_tid
+  const std::uint32_t id = c.local_id.value();
+  const std::uint32_t reversed = (id >> 24) | ((id >> 8) & 0xFF00) | ((id << 8) & 0xFF0000) | (id << 24);
+  return (std::uint64_t{config_.tid_high} << 32) | reversed;
 }
 
 // Cyclic from a random start, skipping 0 and IDs in use (timewait included), so that an ID

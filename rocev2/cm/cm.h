@@ -205,7 +205,7 @@ struct CmQpAttributes {
 struct CmConfig {
   std::uint64_t local_ca_guid = 0;     // the node GUID
   stack::Ipv4Address local_address{};  // for the REQ's GIDs
-  std::uint32_t tid_high = 0;          // the MAD agent's hi_tid: TID = hi_tid << 32 | local comm ID
+  std::uint32_t tid_high = 0;          // the MAD agent's hi_tid: TID = hi_tid << 32 | local comm ID, its bytes reversed (as Linux on x86)
   std::uint32_t first_comm_id = 1;     // random in the daemon; the IDs count up from it, cyclic
   bool delayed_mra = true;             // rdma_cm's IB_CM_MRA_FLAG_DELAY: MRA only on a duplicate
 };

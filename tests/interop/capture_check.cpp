@@ -10,7 +10,15 @@
 // --check-udp-ports: the same for every connection of the capture, found without being
 // told: an RC/UC flow A->B on port P to QPN y must have a reverse flow B->A on the same
 // port to some QPN x with P == udp_source_port_connected(x, y); and every UD frame must
-// carry udp_source_port_datagram() of its DETH's source QP.
+// carry udp_source_port_datagram() of its DETH's source QP (QP 1's MADs: 0xD872).
+// A connection the CM made (rdma_cm) has its port from the flow label of its REQ's primary
+// path instead (rxe: rdma_get_udp_sport in modify_qp with the CM's address vector), which
+// the checker learns from the REQs and REPs in the capture: the REQ gives the active QPN and
+// the flow label, the REP with the REQ's comm ID the passive QPN; such a pair's flows must be
+// on udp_source_port_connected(x, y, flow label).
+// Frames to QP 0 or 1 must be MADs rxe's GSI QP takes (rocev2::check_gsi_packet); CM MADs
+// (class 7) must parse with our codec (rocev2/cm/mad.h). The CM messages each sender sent
+// are counted in its summary.
 // Frames that are not IPv4/UDP to port 4791 (ARP, TCP of the pingpong's setup) are skipped.
 // Exit status: 0 when every RoCE frame parses with a good ICRC (and the right source port),
 // and every expected source sent at least one; 1 when not (each bad frame is named on
@@ -27,7 +35,9 @@
 #include <utility>
 #include <vector>
 
+#include "rocev2/cm/mad.h"
 #include "rocev2/encap.h"
+#include "rocev2/gsi.h"
 #include "rocev2/opcode.h"
 #include "stack/addresses.h"
 #include "tests/capture_file.h"
@@ -42,6 +52,7 @@ struct SenderSummary {
   std::size_t mig_req = 0;
   std::size_t max_payload = 0;  // the largest payload sent: the path MTU in use, or less
   std::map<std::string_view, std::size_t> opcodes;
+  std::map<std::string_view, std::size_t> cm_messages;  // CM MADs by attribute name
   std::set<unsigned> udp_source_ports;
   std::set<unsigned> ttls;
   std::set<unsigned> dscp_ecn;
@@ -64,6 +75,18 @@ struct Flow {
   auto operator<=>(const Flow&) const = default;
 };
 using Flows = std::map<Flow, std::set<std::uint32_t>>;
+
+// What the CM MADs of the capture say about connections: the REQs by (active address, local
+// comm ID), and the QP pairs with the flow label of their REQ once a REP answered.
+struct CmRequest {
+  std::uint32_t qpn = 0;
+  std::uint32_t flow_label = 0;
+};
+struct CmConnections {
+  std::map<std::pair<rrdma::stack::Ipv4Address, std::uint32_t>, CmRequest> requests;
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::set<std::uint32_t>> flow_labels;  // {qpn, qpn} sorted
+  std::size_t reps_without_req = 0;
+};
 
 // Not RoCE v2 at all, as opposed to RoCE v2 that is broken.
 bool is_other_traffic(FrameError e) {
@@ -99,6 +122,35 @@ void print(const rrdma::stack::Ipv4Address& source, const SenderSummary& s) {
   for (const auto& [name, count] : s.opcodes) {
     std::printf("  %-28.*s %zu\n", int(name.size()), name.data(), count);
   }
+  for (const auto& [name, count] : s.cm_messages) {
+    std::printf("  CM %-25.*s %zu\n", int(name.size()), name.data(), count);
+  }
+}
+
+// A frame to QP 0 or 1: a MAD rxe's GSI QP would take, and if it is a CM MAD one our codec
+// parses. Empty when it is; the reason otherwise. A CM message's REQ or REP goes into `cm`.
+std::string gsi_problem(const rrdma::rocev2::RoceFrame& f, SenderSummary& s, CmConnections& cm) {
+  using namespace rrdma::rocev2;
+  const GsiDrop drop = check_gsi_packet(f.packet);
+  if (drop != GsiDrop::none) return "not a MAD rxe's GSI QP takes: " + std::string(to_string(drop));
+  if (f.packet.payload.size() < 2 || f.packet.payload[1] != 0x07) return {};  // not the CM's class
+  cm::CmMessage m;
+  const cm::CmError error = cm::parse_cm_mad(f.packet.payload, m);
+  if (error != cm::CmError::none) return "CM MAD refused by our codec: " + std::string(cm::to_string(error));
+  ++s.cm_messages[cm::attribute_name(cm::attribute_id(m.body))];
+  if (const auto* req = std::get_if<cm::Req>(&m.body)) {
+    cm.requests[{f.headers.ipv4.source, req->local_comm_id.value()}] = {req->local_qpn.value(),
+                                                                        req->primary_path.flow_label};
+  } else if (const auto* rep = std::get_if<cm::Rep>(&m.body)) {
+    const auto it = cm.requests.find({f.headers.ipv4.destination, rep->remote_comm_id.value()});
+    if (it == cm.requests.end()) {
+      ++cm.reps_without_req;
+    } else {
+      const std::uint32_t a = it->second.qpn, b = rep->local_qpn.value();
+      cm.flow_labels[{std::min(a, b), std::max(a, b)}].insert(it->second.flow_label);
+    }
+  }
+  return {};
 }
 
 std::optional<rrdma::rocev2::Qpn> parse_qpn(const char* text) {
@@ -136,7 +188,16 @@ void record_flow(Flows& flows, const rrdma::rocev2::RoceFrame& f) {
 
 // Each flow pairs with its reverse on the same port, and the port is the QP pair's.
 // Returns the number of flows that do not; names each on stderr.
-std::size_t check_flows(const Flows& flows) {
+bool cm_port(const CmConnections& cm, std::uint32_t x, std::uint32_t y, std::uint16_t port) {
+  const auto it = cm.flow_labels.find({std::min(x, y), std::max(x, y)});
+  if (it == cm.flow_labels.end()) return false;
+  for (std::uint32_t label : it->second)
+    if (port == rrdma::rocev2::udp_source_port_connected(rrdma::rocev2::Qpn(x), rrdma::rocev2::Qpn(y), label))
+      return true;
+  return false;
+}
+
+std::size_t check_flows(const Flows& flows, const CmConnections& cm) {
   std::size_t bad = 0;
   for (const auto& [flow, to_qpns] : flows) {
     const auto reverse = flows.find({flow.destination, flow.source, flow.udp_source_port});
@@ -144,15 +205,18 @@ std::size_t check_flows(const Flows& flows) {
     if (reverse != flows.end()) {
       for (std::uint32_t y : to_qpns)
         for (std::uint32_t x : reverse->second)
-          matched = matched || flow.udp_source_port == rrdma::rocev2::udp_source_port_connected(
-                                                           rrdma::rocev2::Qpn(x), rrdma::rocev2::Qpn(y));
+          matched = matched ||
+                    flow.udp_source_port ==
+                        rrdma::rocev2::udp_source_port_connected(rrdma::rocev2::Qpn(x), rrdma::rocev2::Qpn(y)) ||
+                    cm_port(cm, x, y, flow.udp_source_port);
     }
     if (!matched) {
       ++bad;
       std::fprintf(stderr, "flow %s -> %s port %u: %s\n", flow.source.to_string().c_str(),
                    flow.destination.to_string().c_str(), unsigned(flow.udp_source_port),
                    reverse == flows.end() ? "no reverse flow on the same port"
-                                          : "port is not udp_source_port_connected() of its QPNs");
+                                          : "port is not udp_source_port_connected() of its QPNs, nor of a "
+                                            "CM flow label");
     }
   }
   return bad;
@@ -186,18 +250,21 @@ int check(const Options& options) {
   const std::vector<rrdma::test::Frame> frames = rrdma::test::read_capture(options.path);
   std::map<rrdma::stack::Ipv4Address, SenderSummary> senders;
   Flows flows;
+  CmConnections cm;
   std::size_t bad = 0;
   for (std::size_t i = 0; i < frames.size(); ++i) {
     rrdma::rocev2::RoceFrame frame;
     const rrdma::rocev2::RoceFrameCheck result = rrdma::rocev2::parse_frame(frames[i], frame);
     if (is_other_traffic(result.error)) continue;
-    std::string_view why;
+    std::string why;
     if (!result.ok()) {
       why = result.error == FrameError::bad_transport ? rrdma::rocev2::to_string(result.transport)
                                                       : rrdma::rocev2::to_string(result.error);
     } else {
       why = port_mismatch(options, frame);
       if (why.empty()) why = datagram_port_mismatch(options, frame);
+      if (why.empty() && rrdma::rocev2::is_management_qp(frame.packet.bth.dest_qp))
+        why = gsi_problem(frame, senders[frame.headers.ipv4.source], cm);
     }
     if (!why.empty()) {
       ++bad;
@@ -208,7 +275,7 @@ int check(const Options& options) {
     record(senders[frame.headers.ipv4.source], frame);
     record_flow(flows, frame);
   }
-  const std::size_t bad_flows = options.check_udp_ports ? check_flows(flows) : 0;
+  const std::size_t bad_flows = options.check_udp_ports ? check_flows(flows, cm) : 0;
   std::size_t total = 0;
   for (const auto& [source, summary] : senders) {
     print(source, summary);
@@ -216,6 +283,12 @@ int check(const Options& options) {
   }
   std::printf("roce frames %zu good, %zu bad, %zu other frames\n", total, bad, frames.size() - total - bad);
   if (options.check_udp_ports) std::printf("connected flows %zu, %zu without a matching port\n", flows.size(), bad_flows);
+  if (!cm.requests.empty()) {
+    std::printf("cm REQs %zu, connections with a REP %zu (flow labels:", cm.requests.size(), cm.flow_labels.size());
+    for (const auto& [pair, labels] : cm.flow_labels)
+      for (std::uint32_t label : labels) std::printf(" qpn 0x%06x-0x%06x 0x%05x", pair.first, pair.second, label);
+    std::printf("), REPs without a REQ %zu\n", cm.reps_without_req);
+  }
   int status = bad == 0 && bad_flows == 0 ? 0 : 1;
   for (const auto& source : options.expected_sources) {
     if (!senders.contains(source)) {

@@ -62,7 +62,7 @@ struct Image {
 };
 
 TEST_CASE("CM REQ: Linux's REQ for rping, byte for byte from Table 106", "[cm][wire]") {
-  Image expected(0x0010, 0x0000000192C45E71);
+  Image expected(0x0010, 0x00000001715EC492);
   expected.at(0, {0x92, 0xC4, 0x5E, 0x71})                          // 0: local communication ID
       .at(4, {0x00, 0x00, 0x00, 0x00})                              // 4 reserved; 5-7 vendor ID
       .at(8, {0x00, 0x00, 0x00, 0x00, 0x01, 0x06, 0x1C, 0x06})      // 8: service ID, TCP space, port 7174
@@ -98,7 +98,8 @@ TEST_CASE("CM REQ: Linux's REQ for rping, byte for byte from Table 106", "[cm][w
 TEST_CASE("CM REP: fields and the vendor ID split over three bytes, byte for byte from Table 110", "[cm][wire]") {
   CmMessage rep = test::kernel_rep();
   std::get<Rep>(rep.body).vendor_id = 0xA1B2C3;
-  Image expected(0x0013, 0x0000000192C45E71);
+  std::get<Rep>(rep.body).end_to_end_flow_control = true;  // rping's is 0; set here to pin the bit
+  Image expected(0x0013, 0x00000001715EC492);
   expected.at(0, {0x1F, 0x2E, 0x3D, 0x4C})                       // 0: local communication ID
       .at(4, {0x92, 0xC4, 0x5E, 0x71})                           // 4: remote communication ID
       .at(8, {0x00, 0x00, 0x00, 0x00})                           // 8: local Q_Key
@@ -567,24 +568,24 @@ TEST_CASE("CM names: attributes, the REJ reasons rdma_cm uses, SIDR statuses", "
 
 TEST_CASE("CM describe: one line per message, with what a trace reader looks for", "[cm]") {
   CHECK(describe(test::kernel_req()) ==
-        "CM REQ tid 0x0000000192c45e71 local_comm 0x92c45e71 qpn 0x000011 psn 7048005 mtu 1024 "
+        "CM REQ tid 0x00000001715ec492 local_comm 0x92c45e71 qpn 0x000011 psn 7048005 mtu 1024 "
         "sid 0x0000000001061c06 (TCP 7174) cma{10.66.0.2:40000 > 10.66.0.1:7174}");
   CHECK(describe(test::kernel_rep()) ==
-        "CM REP tid 0x0000000192c45e71 local_comm 0x1f2e3d4c remote_comm 0x92c45e71 qpn 0x000012 psn 2776833");
+        "CM REP tid 0x00000001715ec492 local_comm 0x1f2e3d4c remote_comm 0x92c45e71 qpn 0x000012 psn 2776833");
   CHECK(describe(test::kernel_rej_no_listener()) ==
-        "CM REJ tid 0x0000000192c45e71 local_comm 0x00000000 remote_comm 0x92c45e71 reason 8 (invalid service ID) "
+        "CM REJ tid 0x00000001715ec492 local_comm 0x00000000 remote_comm 0x92c45e71 reason 8 (invalid service ID) "
         "rejected REQ");
   CHECK(describe(test::kernel_mra()) ==
-        "CM MRA tid 0x0000000192c45e71 local_comm 0x92c45e71 remote_comm 0x1f2e3d4c mraed REP service_timeout 24");
-  CHECK(describe(test::kernel_rtu()) == "CM RTU tid 0x0000000192c45e71 local_comm 0x92c45e71 remote_comm 0x1f2e3d4c");
+        "CM MRA tid 0x00000001715ec492 local_comm 0x92c45e71 remote_comm 0x1f2e3d4c mraed REP service_timeout 24");
+  CHECK(describe(test::kernel_rtu()) == "CM RTU tid 0x00000001715ec492 local_comm 0x92c45e71 remote_comm 0x1f2e3d4c");
   CHECK(describe(test::kernel_dreq()) ==
-        "CM DREQ tid 0x000000011f2e3d4c local_comm 0x1f2e3d4c remote_comm 0x92c45e71 remote_qpn 0x000011");
-  CHECK(describe(test::kernel_drep()) == "CM DREP tid 0x000000011f2e3d4c local_comm 0x92c45e71 remote_comm 0x1f2e3d4c");
+        "CM DREQ tid 0x000000014c3d2e1f local_comm 0x1f2e3d4c remote_comm 0x92c45e71 remote_qpn 0x000011");
+  CHECK(describe(test::kernel_drep()) == "CM DREP tid 0x000000014c3d2e1f local_comm 0x92c45e71 remote_comm 0x1f2e3d4c");
   CHECK(describe(test::kernel_sidr_req()) ==
-        "CM SIDR_REQ tid 0x0000000192c45e71 request_id 0x92c45e71 sid 0x0000000001111c06 (UDP 7174) "
+        "CM SIDR_REQ tid 0x00000001715ec492 request_id 0x92c45e71 sid 0x0000000001111c06 (UDP 7174) "
         "cma{10.66.0.2:40000 > 10.66.0.1:7174}");
   CHECK(describe(test::kernel_sidr_rep()) ==
-        "CM SIDR_REP tid 0x0000000192c45e71 request_id 0x92c45e71 status 0 (valid) qpn 0x000012 qkey 0x01234567 "
+        "CM SIDR_REP tid 0x00000001715ec492 request_id 0x92c45e71 status 0 (valid) qpn 0x000012 qkey 0x01234567 "
         "sid 0x0000000001111c06 (UDP 7174)");
 
   // An IPv6 CMA header.

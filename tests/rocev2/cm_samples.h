@@ -1,6 +1,9 @@
 // CM messages with the values Linux 6.1's rdma_cm puts in them for rping (RC, TCP port space,
-// port 7174) and udaddy (UD, UDP port space) over RoCE v2 / IPv4, as research/rdma_cm.md §3
-// reads them from cm.c and cma.c: not captured from rxe yet (docs/RDMA_CM.md). Shared by the
+// port 7174) and udaddy (UD, UDP port space) over RoCE v2 / IPv4, as docs/RDMA_CM_RESEARCH.md
+// §3 reads them from cm.c and cma.c, checked against rxe's own capture
+// (tests/rocev2/cm_capture_test.cpp: the REQ, REP, REJ 8 and SIDR_REQ rxe sent are these
+// messages with the capture's identities put in; docs/RDMA_CM.md, "Checked against rxe's
+// capture"). The MRA, RTU, DREQ, DREP and SIDR_REP are not in that capture. Shared by the
 // codec's tests, the tshark cross-check and the CM MAD fuzzer's seeds. The private data lives
 // in function-local statics, so the messages' spans stay valid for the whole program.
 #pragma once
@@ -25,9 +28,11 @@ inline constexpr std::uint64_t kActiveGuid = 0x00000AFFFE420002;
 inline constexpr std::uint64_t kPassiveGuid = 0x00000AFFFE420001;
 inline constexpr CommId kActiveCommId{0x92C45E71};
 inline constexpr CommId kPassiveCommId{0x1F2E3D4C};
-// cm_form_tid: the MAD agent's hi_tid above the sender's local comm ID.
-inline constexpr std::uint64_t kReqTid = (std::uint64_t{1} << 32) | 0x92C45E71;
-inline constexpr std::uint64_t kDreqTid = (std::uint64_t{1} << 32) | 0x1F2E3D4C;
+// cm_form_tid: the MAD agent's hi_tid above the sender's local comm ID as the kernel holds it,
+// a __be32 read as a little-endian u32: on the wire its bytes come reversed (rxe's capture:
+// comm ID 0x76700d15, TID 0x00000002150d7076).
+inline constexpr std::uint64_t kReqTid = (std::uint64_t{1} << 32) | 0x715EC492;
+inline constexpr std::uint64_t kDreqTid = (std::uint64_t{1} << 32) | 0x4C3D2E1F;
 inline constexpr Qpn kActiveQpn{0x11};
 inline constexpr Qpn kPassiveQpn{0x12};
 inline constexpr Qkey kRdmaUdpQkey{0x01234567};  // RDMA_UDP_QKEY
@@ -81,7 +86,9 @@ inline CmMessage kernel_req() {
   return CmMessage{.transaction_id = kReqTid, .body = r};
 }
 
-// REP (cm_format_rep): the passive side's QPN and PSN, target ACK delay 15 (rxe's ack_delay).
+// REP (cm_format_rep): the passive side's QPN and PSN, target ACK delay 15 (rxe's ack_delay),
+// end-to-end flow control 0 (rdma_cm passes conn_param.flow_control, which rping leaves 0;
+// rxe's capture).
 inline CmMessage kernel_rep() {
   static const std::array<std::uint8_t, Rep::kPrivateDataLength> private_data{};
   Rep r;
@@ -92,7 +99,6 @@ inline CmMessage kernel_rep() {
   r.responder_resources = 1;
   r.initiator_depth = 1;
   r.target_ack_delay = 15;
-  r.end_to_end_flow_control = true;
   r.rnr_retry_count = 7;
   r.local_ca_guid = kPassiveGuid;
   r.private_data = OpaqueBytes{private_data};

@@ -2,10 +2,12 @@
 // interface to a MAC, through an AF_PACKET socket. The system tests use it to check that
 // the vnic counts and drops hostile input and keeps answering afterwards. The gsi_* kinds
 // and smi_mad are RoCE v2 frames to QP 1 and 0 (no program can make the vnic's peers send
-// MADs before the CM exists): one well-formed MAD, and MADs with one thing wrong.
+// MADs before the CM exists): one well-formed MAD, and MADs with one thing wrong. cm_req is
+// a whole CM REQ as Linux's rdma_cm makes it for rping (tests/interop: to make rxe answer
+// with a REJ or a REP): RC, from source port --cm-sport to service TCP --cm-port.
 //
 //   rrdma_frame_sender --ifname IF --dst-mac MAC --src-ip A --dst-ip B --kind KIND
-//                      [--count N] [--seed S]
+//                      [--count N] [--seed S] [--cm-port P] [--cm-sport P]
 //
 // Exit 0: all sent. Exit 3: the kernel refused to send this kind (e.g. a frame shorter
 // than an Ethernet header). Exit 2: usage or socket errors.
@@ -31,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "rocev2/cm/cma.h"
+#include "rocev2/cm/mad.h"
 #include "rocev2/encap.h"
 #include "rocev2/gsi.h"
 #include "stack/bytes.h"
@@ -64,6 +68,8 @@ struct Options {
   std::string kind;
   int count = 1;
   std::uint32_t seed = 1;
+  std::uint16_t cm_port = 7174;    // cm_req: the service (TCP port space)
+  std::uint16_t cm_sport = 40000;  // cm_req: the active side's port (CMA header, flow label)
 };
 
 std::optional<Mac> parse_mac(const std::string& text) {
@@ -190,6 +196,62 @@ Frame mad_frame(const Options& o, rrdma::rocev2::Qpn dest_qp, rrdma::rocev2::Qke
   const RoceHeaders headers = roce_headers(rrdma::stack::MacAddress{o.src_mac}, rrdma::stack::MacAddress{o.dst_mac},
                                            rrdma::stack::Ipv4Address{o.src_ip}, rrdma::stack::Ipv4Address{o.dst_ip},
                                            kGsiUdpSourcePort, 0x5252);
+  Frame f(frame_length(packet));
+  if (build_frame(headers, packet, f) != EmitError::none) f.clear();
+  return f;
+}
+
+// A CM REQ from --src-ip to --dst-ip for the TCP-space service --cm-port, with the values
+// Linux 6.1's rdma_cm gives rping's (docs/RDMA_CM_RESEARCH.md §3.4): CM response timeouts
+// 20, 15 CM retries, MTU 1024, permissive LIDs, GIDs ::ffff:a.b.c.d, hop limit 64, flow
+// label (sport * 31 + dport) & 0xFFFFF, local ACK timeout 19, the CMA header first in the
+// private data. Node GUID: the EUI-64 of the sender's MAC. A QPN nobody has (0x11): rxe
+// answers a REQ before any packet goes to that QP.
+Frame cm_req_frame(const Options& o) {
+  using namespace rrdma::rocev2;
+  const rrdma::stack::Ipv4Address src{o.src_ip}, dst{o.dst_ip};
+  std::array<std::uint8_t, cm::Req::kPrivateDataLength> private_data{};
+  if (cm::emit_cma_private_data(cm::cma_header_ipv4(src, o.cm_sport, dst), {}, private_data) != cm::CmaError::none)
+    return {};
+  auto gid = [](rrdma::stack::Ipv4Address a) {
+    cm::Gid g{};
+    g[10] = g[11] = 0xFF;
+    rrdma::store_be32(g, 12, a.value);
+    return g;
+  };
+  const Mac& m = o.src_mac;
+  const std::uint64_t guid = std::uint64_t(m[0] ^ 0x02) << 56 | std::uint64_t(m[1]) << 48 |
+                             std::uint64_t(m[2]) << 40 | std::uint64_t(0xFFFE) << 24 |
+                             std::uint64_t(m[3]) << 16 | std::uint64_t(m[4]) << 8 | m[5];
+  const cm::CommId comm_id{0x52520000u | (o.seed & 0xFFFF)};
+  cm::Req r;
+  r.local_comm_id = comm_id;
+  r.service_id = cm::ip_service_id(cm::PortSpace::Tcp, o.cm_port);
+  r.local_ca_guid = guid;
+  r.local_qpn = Qpn{0x11};
+  r.responder_resources = 1;
+  r.initiator_depth = 1;
+  r.remote_cm_response_timeout = 20;
+  r.starting_psn = Psn{0x123456};
+  r.local_cm_response_timeout = 20;
+  r.retry_count = 7;
+  r.path_packet_payload_mtu = cm::PathMtu::Mtu1024;
+  r.rnr_retry_count = 7;
+  r.max_cm_retries = 15;
+  r.primary_path = cm::CmPath{.local_port_lid = 0xFFFF,
+                              .remote_port_lid = 0xFFFF,
+                              .local_port_gid = gid(src),
+                              .remote_port_gid = gid(dst),
+                              .flow_label = (std::uint32_t{o.cm_sport} * 31 + o.cm_port) & 0xFFFFF,
+                              .hop_limit = 64,
+                              .local_ack_timeout = 19};
+  r.private_data = cm::OpaqueBytes{private_data};
+  const cm::CmMessage message{.transaction_id = std::uint64_t{0x5252} << 32 | comm_id.value(), .body = r};
+  std::array<std::uint8_t, kMadLength> mad{};
+  if (cm::emit_cm_mad(message, mad) != cm::CmError::none) return {};
+  const TransportPacket packet = gsi_packet(Psn(0), mad);
+  const RoceHeaders headers = roce_headers(rrdma::stack::MacAddress{o.src_mac}, rrdma::stack::MacAddress{o.dst_mac},
+                                           src, dst, kGsiUdpSourcePort, 0x5252);
   Frame f(frame_length(packet));
   if (build_frame(headers, packet, f) != EmitError::none) f.clear();
   return f;
@@ -345,6 +407,8 @@ const std::map<std::string, KindBuilder>& kinds() {
        [](const FrameBuilder&, const Options& o, std::mt19937&) {
          return mad_frame(o, rrdma::rocev2::kGsiQpn, rrdma::rocev2::Qkey(0x11111111));
        }},
+      {"cm_req",  // a CM REQ as rdma_cm makes it, to QP 1
+       [](const FrameBuilder&, const Options& o, std::mt19937&) { return cm_req_frame(o); }},
       {"smi_mad",  // to QP 0: RoCE has no subnet management interface
        [](const FrameBuilder&, const Options& o, std::mt19937&) {
          return mad_frame(o, rrdma::rocev2::kSmiQpn, rrdma::rocev2::kGsiQkey);
@@ -362,7 +426,7 @@ const std::map<std::string, KindBuilder>& kinds() {
 void usage() {
   std::fprintf(stderr,
                "usage: rrdma_frame_sender --ifname IF --dst-mac MAC --src-ip A --dst-ip B "
-               "--kind KIND [--count N] [--seed S]\nkinds:");
+               "--kind KIND [--count N] [--seed S] [--cm-port P] [--cm-sport P]\nkinds:");
   for (const auto& [name, builder] : kinds()) std::fprintf(stderr, " %s", name.c_str());
   std::fprintf(stderr, "\n");
 }
@@ -372,7 +436,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
       {"ifname", required_argument, nullptr, 'i'}, {"dst-mac", required_argument, nullptr, 'm'},
       {"src-ip", required_argument, nullptr, 's'}, {"dst-ip", required_argument, nullptr, 'd'},
       {"kind", required_argument, nullptr, 'k'},   {"count", required_argument, nullptr, 'n'},
-      {"seed", required_argument, nullptr, 'r'},   {nullptr, 0, nullptr, 0}};
+      {"seed", required_argument, nullptr, 'r'},   {"cm-port", required_argument, nullptr, 'p'},
+      {"cm-sport", required_argument, nullptr, 'q'}, {nullptr, 0, nullptr, 0}};
   Options o;
   bool have_mac = false, have_src = false, have_dst = false;
   for (int c; (c = getopt_long(argc, argv, "", longopts, nullptr)) != -1;) {
@@ -380,7 +445,11 @@ std::optional<Options> parse_options(int argc, char** argv) {
     if (c == 'i') o.ifname = arg;
     else if (c == 'k') o.kind = arg;
     else if (c == 'n') o.count = std::atoi(arg.c_str());
-    else if (c == 'r') o.seed = static_cast<std::uint32_t>(std::strtoul(arg.c_str(), nullptr, 0));
+    else if (c == 'p' || c == 'q') {
+      const unsigned long port = std::strtoul(arg.c_str(), nullptr, 0);
+      if (port == 0 || port > 0xFFFF) return std::nullopt;
+      (c == 'p' ? o.cm_port : o.cm_sport) = static_cast<std::uint16_t>(port);
+    } else if (c == 'r') o.seed = static_cast<std::uint32_t>(std::strtoul(arg.c_str(), nullptr, 0));
     else if (c == 'm') {
       auto mac = parse_mac(arg);
       if (!mac) return std::nullopt;

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 #include <infiniband/verbs.h>
 
+#include <endian.h>
+
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -175,7 +177,8 @@ TEST_CASE("abi: the CQE has struct ibv_wc's layout, filled from an engine comple
   CHECK(load_le(b, 12, 4) == 129);  // IBV_WC_RECV_RDMA_WITH_IMM
   CHECK(load_le(b, 16, 4) == 0);
   CHECK(load_le(b, 20, 4) == 4096);
-  CHECK(load_le(b, 24, 4) == 0xA1B2C3D4);
+  // imm_data is a __be32: the immediate's bytes in network order, as they were on the wire.
+  CHECK(std::vector<std::uint8_t>(b.begin() + 24, b.begin() + 28) == std::vector<std::uint8_t>{0xA1, 0xB2, 0xC3, 0xD4});
   CHECK(load_le(b, 28, 4) == 0x123);
   CHECK(load_le(b, 32, 4) == 0x456);
   CHECK(load_le(b, 36, 4) == 3);    // IBV_WC_GRH | IBV_WC_WITH_IMM
@@ -188,7 +191,7 @@ TEST_CASE("abi: the CQE has struct ibv_wc's layout, filled from an engine comple
   CHECK(wc.status == IBV_WC_REM_ACCESS_ERR);
   CHECK(wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM);
   CHECK(wc.byte_len == 4096);
-  CHECK(wc.imm_data == 0xA1B2C3D4);
+  CHECK(be32toh(wc.imm_data) == 0xA1B2C3D4);
   CHECK(wc.qp_num == 0x123);
   CHECK(wc.src_qp == 0x456);
   CHECK(wc.wc_flags == (IBV_WC_GRH | IBV_WC_WITH_IMM));
@@ -342,7 +345,7 @@ TEST_CASE("abi: a checked send WQE becomes the engine's work request") {
   CHECK(wr.inline_data.empty());
 
   SendWqe in = send_wqe(WrOpcode::SendWithImm, rocev2::send_flags::kInline);
-  in.imm_data = 0x01020304;
+  in.imm_data = htobe32(0x01020304);  // as ibv_send_wr holds it (a __be32)
   in.inline_length = 3;
   in.inline_data[0] = 'a';
   in.inline_data[1] = 'b';
@@ -350,7 +353,7 @@ TEST_CASE("abi: a checked send WQE becomes the engine's work request") {
   const rocev2::SendWr iwr = to_send_wr(in);
   CHECK(iwr.inline_data == std::vector<std::uint8_t>{'a', 'b', 'c'});
   CHECK(iwr.sg_list.empty());
-  CHECK(iwr.imm_data == 0x01020304);
+  CHECK(iwr.imm_data == 0x01020304);  // the number the engine puts big-endian on the wire
 }
 
 TEST_CASE("abi: random garbage WQEs through a ring are refused or consistent, never overread") {

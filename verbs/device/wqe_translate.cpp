@@ -1,10 +1,37 @@
 #include "verbs/device/wqe_translate.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "stack/bytes.h"
 
 namespace rrdma::verbs {
 
 using rocev2::WrOpcode;
+
+namespace {
+
+// The WQE and the CQE hold the immediate as ibv_send_wr and ibv_wc do: a __be32, its bytes in
+// memory in network order (abi.h). The engine's is the number whose big-endian bytes are the
+// ImmDt on the wire (rocev2/wire.h). Copying one into the other reversed the bytes on the wire
+// of a little-endian host: udaddy's QPN in the immediate reached rxe as 0 (docs/INTEROP.md,
+// interop.rdma_cm_rxe).
+std::uint32_t from_network_order(std::uint32_t in_memory) {
+  std::array<std::uint8_t, 4> bytes{};
+  std::memcpy(bytes.data(), &in_memory, bytes.size());
+  return load_be32(bytes, 0);
+}
+
+std::uint32_t to_network_order(std::uint32_t value) {
+  std::array<std::uint8_t, 4> bytes{};
+  store_be32(bytes, 0, value);
+  std::uint32_t in_memory = 0;
+  std::memcpy(&in_memory, bytes.data(), bytes.size());
+  return in_memory;
+}
+
+}  // namespace
 
 rocev2::SendWr to_send_wr(const SendWqe& wqe) {
   rocev2::SendWr wr;
@@ -20,7 +47,7 @@ rocev2::SendWr to_send_wr(const SendWqe& wqe) {
       wr.sg_list.push_back({wqe.sge[i].addr, wqe.sge[i].length, rocev2::Lkey(wqe.sge[i].lkey)});
     }
   }
-  wr.imm_data = wqe.imm_data;
+  wr.imm_data = from_network_order(wqe.imm_data);
   wr.invalidate_rkey = rocev2::Rkey(wqe.invalidate_rkey);
   wr.remote_addr = wqe.remote_addr;
   wr.rkey = rocev2::Rkey(wqe.rkey);
@@ -47,7 +74,7 @@ Cqe to_cqe(const rocev2::Completion& c) {
   cqe.status = static_cast<std::uint32_t>(c.status);
   cqe.opcode = static_cast<std::uint32_t>(c.opcode);
   cqe.byte_len = c.byte_len;
-  cqe.imm_data = (c.flags & rocev2::wc_flags::kWithInv) != 0 ? c.invalidated_rkey.value() : c.imm_data;
+  cqe.imm_data = (c.flags & rocev2::wc_flags::kWithInv) != 0 ? c.invalidated_rkey.value() : to_network_order(c.imm_data);
   cqe.qp_num = c.qpn.value();
   cqe.src_qp = c.src_qp.value();
   cqe.wc_flags = c.flags;
