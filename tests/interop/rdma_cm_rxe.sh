@@ -188,7 +188,7 @@ rxe_servers() {  # rxe_servers PORT_BASE
     on_vnic $(expand "${CLIENTS[$i]}" "$VM_IP" $(( port_base + i )) "$VNIC") >"$out" 2>&1 || client_rc=$?
     # A first case failed on our side stops the test: its server is not waited for.
     server_status="not waited for"
-    if [[ "$client_rc" == 0 ]] || ! (( FIRST_CASE )); then
+    if [[ "$client_rc" == 0 ]] || ! (( FIRST_CASE )) || is_attempt "${NAMES[$i]}"; then
       server_status=timeout
       await "$vm" "done ${NAMES[$i]}" "$CASE_TIMEOUT" && server_status=$MARK_REST
     fi
