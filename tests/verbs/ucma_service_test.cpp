@@ -391,14 +391,18 @@ TEST_CASE("ucma: a REQ for a port nobody listens on comes back REJECTED 8 at onc
   CHECK(rejected.uid == 0x2000);
 }
 
-TEST_CASE("ucma: a second listener on a taken port gets EADDRINUSE, and the port is free once destroyed", "[ucma]") {
+TEST_CASE("ucma: a second bind of a taken port is refused as the kernel refuses it, and the port is free once destroyed", "[ucma]") {
   Pair p;
   const std::uint32_t first = p.listen(7174);
   const std::uint32_t second = p.server.create_id(0x5000);
   rdma_ucm_bind_ip bind{};
-  bind.addr = ipv4_address(stack::Ipv4Address{0}, 7174);  // INADDR_ANY: the same vnic
+  bind.addr = ipv4_address(kServerIp, 7174);  // the same address and port
   bind.id = second;
   CHECK(p.server.command(RDMA_USER_CM_CMD_BIND_IP, bind).status == EADDRINUSE);
+  bind.addr = ipv4_address(stack::Ipv4Address{0}, 7174);  // INADDR_ANY: EADDRNOTAVAIL, as cma_check_port
+  CHECK(p.server.command(RDMA_USER_CM_CMD_BIND_IP, bind).status == EADDRNOTAVAIL);
+  bind.addr = ipv4_address(kServerIp, 1023);  // a privileged port, for a user who is not root
+  CHECK(p.server.command(RDMA_USER_CM_CMD_BIND_IP, bind).status == EACCES);
   bind.addr = ipv4_address(stack::Ipv4Address{0x0A000063}, 7175);  // not the vnic's address
   CHECK(p.server.command(RDMA_USER_CM_CMD_BIND_IP, bind).status == EADDRNOTAVAIL);
   rdma_ucm_destroy_id d{};
@@ -583,6 +587,78 @@ TEST_CASE("ucma: hostile and foreign commands are refused, not obeyed", "[ucma]"
   CHECK(p.server.command(RDMA_USER_CM_CMD_LISTEN, rdma_ucm_listen{.id = id, .backlog = 1}, 1000, 12345).status == EBADF);
   // GET_EVENT with nothing queued.
   CHECK(p.server.command(RDMA_USER_CM_CMD_GET_EVENT, rdma_ucm_get_event{}).status == EAGAIN);
+}
+
+}  // namespace rrdma::verbs
+
+namespace rrdma::verbs {
+
+TEST_CASE("ucma: a SIDR request to a port only an RC listener has is UNREACHABLE, and a second DISCONNECT succeeds", "[ucma]") {
+  Pair p;
+  p.listen(7174, RDMA_PS_TCP);
+  // A UDP-space id to the same port number is another service ID: nobody listens there.
+  const std::uint32_t ud = p.resolve(7174, RDMA_PS_UDP);
+  REQUIRE(p.connect(ud, 0x44).status == 0);
+  p.deliver();
+  const auto unreachable = p.client.next_event();
+  CHECK(unreachable.event == ucma::kUnreachable);
+  CHECK(unreachable.status == static_cast<std::uint32_t>(cm::SidrStatus::ServiceIdNotSupported));
+
+  // An RC connection, disconnected twice from the active side, and once more after timewait:
+  // rdma_disconnect has nothing left to send, and says 0 as the kernel does.
+  const std::uint32_t rc = p.client.create_id(0x2100);
+  rdma_ucm_resolve_ip r{};
+  r.dst_addr = ipv4_address(kServerIp, 7174);
+  r.id = rc;
+  r.timeout_ms = 2000;
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r).status == 0);
+  REQUIRE(p.client.next_event().event == ucma::kAddrResolved);
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{.id = rc, .timeout_ms = 2000}).status == 0);
+  REQUIRE(p.client.next_event().event == ucma::kRouteResolved);
+  REQUIRE(p.connect(rc, 0x11).status == 0);
+  p.deliver();
+  const std::uint32_t passive = p.server.next_event().id;
+  REQUIRE(accept_passive(p.server, passive, 0x3000, 0x22).status == 0);
+  p.deliver();
+  REQUIRE(p.client.next_event().event == ucma::kConnectResponse);
+  rdma_ucm_accept rtu{};
+  rtu.id = rc;
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_ACCEPT, rtu).status == 0);
+  p.deliver();
+  REQUIRE(p.server.next_event().event == ucma::kEstablished);
+  CHECK(p.client.command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{.id = rc}).status == 0);
+  CHECK(p.client.command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{.id = rc}).status == 0);
+  p.deliver();
+  CHECK(p.client.command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{.id = rc}).status == 0);
+  // An id with no connection at all has nothing to disconnect.
+  const std::uint32_t idle = p.client.create_id(0x2200);
+  CHECK(p.client.command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{.id = idle}).status == EINVAL);
+}
+
+TEST_CASE("ucma: TIMEWAIT_EXIT follows a disconnect only, not a REJ", "[ucma]") {
+  Pair p;
+  p.listen(7174);
+  const std::uint32_t active = p.resolve(7174);
+  REQUIRE(p.connect(active, 0x11).status == 0);
+  p.deliver();
+  const std::uint32_t passive = p.server.next_event().id;
+  REQUIRE(accept_passive(p.server, passive, 0x3000, 0x22).status == 0);
+  p.deliver();
+  REQUIRE(p.client.next_event().event == ucma::kConnectResponse);
+  // The active side rejects the REP: the passive side sees REJECTED, enters timewait, and
+  // the end of timewait is not reported (cma_ib_handler reports it in DISCONNECT only).
+  rdma_ucm_reject reject{};
+  reject.id = active;
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_REJECT, reject).status == 0);
+  p.deliver();
+  const auto rejected = p.server.next_event();
+  CHECK(rejected.event == ucma::kRejected);
+  CHECK(rejected.status == 28);
+  for (Host* h : {&p.server, &p.client}) {
+    h->now += cm::kTimewait + std::chrono::milliseconds(1);
+    h->service.advance(h->now);
+    CHECK_FALSE(h->marker_waiting());
+  }
 }
 
 }  // namespace rrdma::verbs

@@ -2,6 +2,7 @@
 #include "verbs/device/ucma_service.h"
 
 #include <netinet/in.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@ constexpr std::uint8_t kHopLimit = 64;  // the IPv4 route's, as the kernel puts 
 constexpr std::uint32_t kMaxBacklog = 1024;
 // Linux's ip_local_port_range, from which cma_alloc_any_port picks.
 constexpr std::uint16_t kEphemeralLow = 32768, kEphemeralHigh = 60999;
+constexpr std::uint16_t kFirstUnprivilegedPort = 1024;  // PROT_SOCK
 // How often an address resolution looks at the ARP cache again.
 constexpr Duration kResolvePoll = std::chrono::milliseconds(5);
 constexpr int kIbEventCommEst = 8;  // IB_EVENT_COMM_EST
@@ -233,8 +235,11 @@ ucma::Frame UcmaService::create_channel(uid_t uid, const ucma::Frame& request, c
     return reply;  // `fds` closes the descriptor
   }
   const int fd = fds.release(0);
+  // Unguessable (getrandom), though the uid check is what guards another user's channel.
   std::uint64_t token = 0;
-  while (token == 0 || channels_.contains(token)) token = random_();
+  while (token == 0 || channels_.contains(token)) {
+    if (::getrandom(&token, sizeof(token), 0) != static_cast<ssize_t>(sizeof(token))) token = random_();
+  }
   channels_.emplace(token, Channel{.token = token, .fd = fd, .uid = uid, .events = {}, .markers = 0, .ids = 0});
   ++counters_.channels_opened;
   // The shim never writes on its end (a write on an untracked duplicate of the descriptor
@@ -243,11 +248,12 @@ ucma::Frame UcmaService::create_channel(uid_t uid, const ucma::Frame& request, c
     const auto it = channels_.find(token);
     if (it == channels_.end()) return;
     std::array<char, 512> discard{};
-    for (;;) {
+    // Bounded: a process writing on its end from many threads must not hold the loop; the
+    // watch fires again for what is left.
+    for (int reads = 0; reads < 64; ++reads) {
       const ssize_t n = ::recv(it->second.fd, discard.data(), discard.size(), MSG_DONTWAIT);
-      if (n > 0) continue;
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (n < 0 && errno == EINTR) continue;
       close_channel(token, now);
       return;
     }
@@ -404,16 +410,19 @@ std::uint32_t UcmaService::purge_events(std::uint32_t number) {
   return purged;
 }
 
-// cma_check_port: a port is shared only by ids that all asked for REUSEADDR, none listening.
-bool UcmaService::port_taken(const CmId& id, std::uint16_t port, bool listening) const {
+// cma_check_port: ids share a port only if both asked for REUSEADDR (not honoured once one
+// listens); otherwise EADDRNOTAVAIL when either is bound to INADDR_ANY, EADDRINUSE when both
+// are bound to the vnic's address (there is no other). 0: free.
+int UcmaService::port_conflict(const CmId& id, bool any_address, std::uint16_t port, bool listening) const {
   const auto it = ports_.find({static_cast<std::uint16_t>(id.ps), port});
-  if (it == ports_.end()) return false;
+  if (it == ports_.end()) return 0;
   for (std::uint32_t other_number : it->second) {
     if (other_number == id.id) continue;
     const CmId& other = ids_.at(other_number);
-    if (listening || other.state == IdState::Listen || !id.reuseaddr || !other.reuseaddr) return true;
+    if (!listening && other.state != IdState::Listen && id.reuseaddr && other.reuseaddr) continue;
+    return any_address || !other.on_device ? EADDRNOTAVAIL : EADDRINUSE;
   }
-  return false;
+  return 0;
 }
 
 std::optional<std::uint16_t> UcmaService::ephemeral_port(const CmId& id) {
@@ -426,15 +435,18 @@ std::optional<std::uint16_t> UcmaService::ephemeral_port(const CmId& id) {
   return std::nullopt;
 }
 
-int UcmaService::bind(CmId& id, std::optional<stack::Ipv4Address> address, std::uint16_t port, bool ipv6_family) {
+int UcmaService::bind(CmId& id, uid_t uid, std::optional<stack::Ipv4Address> address, std::uint16_t port,
+                      bool ipv6_family) {
   if (id.bound) return EINVAL;
   if (address && *address != config_.address) return EADDRNOTAVAIL;
   if (port == 0) {
     const auto chosen = ephemeral_port(id);
     if (!chosen) return EADDRNOTAVAIL;
     port = *chosen;
-  } else if (port_taken(id, port, false)) {
-    return EADDRINUSE;
+  } else if (port < kFirstUnprivilegedPort && uid != 0) {
+    return EACCES;  // cma_use_port: below 1024 only with CAP_NET_BIND_SERVICE (root here)
+  } else if (const int conflict = port_conflict(id, !address.has_value(), port, false)) {
+    return conflict;
   }
   id.bound = true;
   id.on_device = address.has_value();
@@ -468,7 +480,7 @@ UcmaService::Reply UcmaService::bind_ip(Channel& ch, ByteSpan body) {
   int error = 0;
   const auto address = parse_socket_address(&cmd->addr, sizeof(cmd->addr), error);
   if (!address) return {error, {}};
-  return {bind(*id, address->ip, address->port, address->ipv6), {}};
+  return {bind(*id, ch.uid, address->ip, address->port, address->ipv6), {}};
 }
 
 // BIND takes any family: AF_IB is refused, which tells librdmacm (its probe at start-up) to
@@ -483,7 +495,7 @@ UcmaService::Reply UcmaService::bind_any_family(Channel& ch, ByteSpan body) {
   const auto address =
       parse_socket_address(&cmd->addr, std::min<std::size_t>(cmd->addr_size, sizeof(cmd->addr)), error);
   if (!address) return {error, {}};
-  return {bind(*id, address->ip, address->port, address->ipv6), {}};
+  return {bind(*id, ch.uid, address->ip, address->port, address->ipv6), {}};
 }
 
 UcmaService::Reply UcmaService::resolve_ip(Channel& ch, ByteSpan body, Instant now) {
@@ -498,7 +510,7 @@ UcmaService::Reply UcmaService::resolve_ip(Channel& ch, ByteSpan body, Instant n
   if (id->state == IdState::Idle) {
     const auto source = parse_socket_address(&cmd->src_addr, sizeof(cmd->src_addr), error);
     const bool has_source = source.has_value();
-    if (const int e = bind(*id, has_source ? source->ip : std::nullopt, has_source ? source->port : 0,
+    if (const int e = bind(*id, ch.uid, has_source ? source->ip : std::nullopt, has_source ? source->port : 0,
                            destination->ipv6)) {
       return {e, {}};
     }
@@ -595,10 +607,10 @@ UcmaService::Reply UcmaService::listen(Channel& ch, ByteSpan body) {
     return {0, {}};
   }
   if (id->state == IdState::Idle) {
-    if (const int e = bind(*id, std::nullopt, 0, false)) return {e, {}};
+    if (const int e = bind(*id, ch.uid, std::nullopt, 0, false)) return {e, {}};
   }
   if (id->state != IdState::AddrBound) return {EINVAL, {}};
-  if (port_taken(*id, id->src.port, true)) return {EADDRINUSE, {}};
+  if (const int conflict = port_conflict(*id, !id->on_device, id->src.port, true)) return {conflict, {}};
   if (const auto r = cm_.listen(service_id(*id, id->src.port)); r != cm::CmResult::ok) return {errno_of(r), {}};
   id->state = IdState::Listen;
   id->backlog = static_cast<std::int32_t>(cmd->backlog) <= 0 || cmd->backlog > kMaxBacklog ? kMaxBacklog : cmd->backlog;
@@ -705,8 +717,11 @@ UcmaService::Reply UcmaService::disconnect(Channel& ch, ByteSpan body, Instant n
   const auto cmd = read_struct<rdma_ucm_disconnect>(body);
   if (!cmd) return {EINVAL, {}};
   CmId* id = id_on(ch, cmd->id);
-  if (id == nullptr || !id->connection || id->ud) return {EINVAL, {}};
-  return {errno_of(cm_.disconnect(*id->connection, {}, now)), {}};
+  if (id == nullptr || !id->connection) return {EINVAL, {}};
+  // rdma_disconnect: a DREQ, or the DREP after one came; in any other state (a second call,
+  // after REJECTED or in timewait, a UD id) there is nothing to send and it still succeeds.
+  if (!id->ud) cm_.disconnect(*id->connection, {}, now);
+  return {0, {}};
 }
 
 UcmaService::Reply UcmaService::init_qp_attr(Channel& ch, ByteSpan body) {
@@ -845,6 +860,7 @@ UcmaService::Reply UcmaService::migrate_id(Channel& ch, const ucma::Frame& reque
   const auto it = ids_.find(cmd->id);
   if (it == ids_.end() || it->second.channel != source->first) return {EINVAL, {}};
   CmId& id = it->second;
+  if (source->first != ch.token && ch.ids >= config_.max_ids_per_channel) return {ENOMEM, {}};
   if (source->first != ch.token) {
     std::deque<QueuedEvent>& from = source->second.events;
     for (auto e = from.begin(); e != from.end();) {
@@ -924,6 +940,7 @@ void UcmaService::on_cm_event(const cm::CmEvent& e) {
       q.resp = event_for(*id, ucma::kDisconnected, e.status);
       break;
     case T::TimewaitExit:
+      if (id->state != IdState::Disconnect) return;  // cma_ib_handler: only after a disconnect
       q.resp = event_for(*id, ucma::kTimewaitExit, 0);
       break;
     case T::SidrResponse:
@@ -962,10 +979,15 @@ void UcmaService::on_connect_request(const cm::CmEvent& e) {
   }
   const auto destination = header ? cm::cma_destination_ipv4(*header) : std::nullopt;
   const auto source = header ? cm::cma_source_ipv4(*header) : std::nullopt;
-  const bool wrong_address = !destination || !source || (listener != nullptr && listener->on_device && *destination != listener->src.ip);
-  if (listener == nullptr || wrong_address) {  // REJ 28, as cma_ib_req_handler's failure
+  // The header must name our address (a listener on INADDR_ANY listens on the vnic's one),
+  // and the request's kind the listener's QP type (cma_ib_check_req_qp_type; the IB port
+  // space takes both).
+  const bool wrong_address = !destination || !source || *destination != config_.address;
+  const bool sidr = e.type == cm::CmEventType::SidrRequest;
+  const bool wrong_type = listener != nullptr && listener->ps != cm::PortSpace::Ib && sidr != listener->ud;
+  if (listener == nullptr || wrong_address || wrong_type) {  // REJ 28, as cma_ib_req_handler's failure
     ++counters_.connect_requests_rejected_address;
-    if (e.type == cm::CmEventType::SidrRequest) {
+    if (sidr) {
       cm_.sidr_reply(e.connection, {.status = cm::SidrStatus::Rejected}, now_);
     } else {
       cm_.reject(e.connection, {}, now_);
@@ -979,7 +1001,7 @@ void UcmaService::on_connect_request(const cm::CmEvent& e) {
     return;
   }
   --listener->backlog;
-  CmId& child = new_id(listener->channel, listener->ps, listener->ud);
+  CmId& child = new_id(listener->channel, listener->ps, sidr);
   child.state = IdState::Connect;
   child.on_device = true;
   child.bound = false;  // shares the listener's port without holding it

@@ -180,8 +180,8 @@ class UcmaService final : private rocev2::cm::CmEventSink {
   // Returns the id's events_reported (DESTROY_ID's answer).
   std::uint32_t destroy(CmId& id, Instant now);
   std::uint32_t purge_events(std::uint32_t id);
-  int bind(CmId& id, std::optional<stack::Ipv4Address> address, std::uint16_t port, bool ipv6_family);
-  bool port_taken(const CmId& id, std::uint16_t port, bool listening) const;
+  int bind(CmId& id, uid_t uid, std::optional<stack::Ipv4Address> address, std::uint16_t port, bool ipv6_family);
+  int port_conflict(const CmId& id, bool any_address, std::uint16_t port, bool listening) const;
   std::optional<std::uint16_t> ephemeral_port(const CmId& id);
   void unbind(CmId& id);
   std::uint64_t service_id(const CmId& id, std::uint16_t port) const;
