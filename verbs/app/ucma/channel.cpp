@@ -115,12 +115,23 @@ int take_marker(int fd) {
 // GET_EVENT without the command mutex held while waiting, so that other threads' commands
 // on this channel go on (rping's cm thread waits here while its main thread accepts). A
 // marker whose event DESTROY_ID or MIGRATE_ID purged is answered EAGAIN: wait for the next.
+// The wait holds its own descriptor of the channel, as the kernel holds the file during a
+// write: another thread may close the application's number meanwhile (and the number be
+// reused by another file), and a stale marker sends us back to receive again.
 DaemonReply fetch_event(int fd, const ucma::Frame& frame) {
+  const int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) return {errno, 0, {}};
+  DaemonReply reply{};
   for (;;) {
-    if (const int error = take_marker(fd); error != 0) return {error, 0, {}};
-    DaemonReply reply = call_daemon(frame);
-    if (reply.error != EAGAIN) return reply;
+    if (const int error = take_marker(own); error != 0) {
+      reply = {error, 0, {}};
+      break;
+    }
+    reply = call_daemon(frame);
+    if (reply.error != EAGAIN) break;
   }
+  real::close(own);
+  return reply;
 }
 
 int copy_response(const Command& command, const std::vector<std::uint8_t>& answer) {
