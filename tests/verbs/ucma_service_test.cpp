@@ -212,7 +212,11 @@ struct Pair {
   // The client's id through ADDR_RESOLVED and ROUTE_RESOLVED.
   std::uint32_t resolve(std::uint16_t port, std::uint16_t ps = RDMA_PS_TCP) {
     client.open_channel();
-    const std::uint32_t id = client.create_id(0x2000, ps);
+    return resolve_id(client.create_id(0x2000, ps), 0x2000, port);
+  }
+
+  // An id of the client's channel (whose uid is `uid`) through ADDR_RESOLVED and ROUTE_RESOLVED.
+  std::uint32_t resolve_id(std::uint32_t id, std::uint64_t uid, std::uint16_t port) {
     rdma_ucm_resolve_ip r{};
     r.dst_addr = ipv4_address(kServerIp, port);
     r.id = id;
@@ -220,7 +224,7 @@ struct Pair {
     REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r).status == 0);
     const auto resolved = client.next_event();
     REQUIRE(resolved.event == ucma::kAddrResolved);
-    REQUIRE(resolved.uid == 0x2000);
+    REQUIRE(resolved.uid == uid);
     REQUIRE(client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{.id = id, .timeout_ms = 2000}).status == 0);
     REQUIRE(client.next_event().event == ucma::kRouteResolved);
     return id;
@@ -258,6 +262,23 @@ ucma::Frame accept_passive(Host& h, std::uint32_t id, std::uint64_t uid, std::ui
   a.conn_param.rnr_retry_count = 7;
   a.conn_param.valid = 1;
   return h.command(RDMA_USER_CM_CMD_ACCEPT, a);
+}
+
+// CONNECT, the passive ACCEPT, the active side's RTU, up to the passive side's ESTABLISHED:
+// returns the passive id.
+std::uint32_t establish(Pair& p, std::uint32_t active) {
+  REQUIRE(p.connect(active, 0x11).status == 0);
+  p.deliver();
+  const std::uint32_t passive = p.server.next_event().id;
+  REQUIRE(accept_passive(p.server, passive, 0x3000, 0x22).status == 0);
+  p.deliver();
+  REQUIRE(p.client.next_event().event == ucma::kConnectResponse);
+  rdma_ucm_accept rtu{};
+  rtu.id = active;
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_ACCEPT, rtu).status == 0);
+  p.deliver();
+  REQUIRE(p.server.next_event().event == ucma::kEstablished);
+  return passive;
 }
 
 }  // namespace
@@ -416,18 +437,7 @@ TEST_CASE("ucma: a second bind of a taken port is refused as the kernel refuses 
 TEST_CASE("ucma: closing a channel destroys its ids: a connected peer sees DISCONNECTED", "[ucma]") {
   Pair p;
   p.listen(7174);
-  const std::uint32_t active = p.resolve(7174);
-  REQUIRE(p.connect(active, 0x11).status == 0);
-  p.deliver();
-  const std::uint32_t passive = p.server.next_event().id;
-  REQUIRE(accept_passive(p.server, passive, 0x3000, 0x22).status == 0);
-  p.deliver();
-  REQUIRE(p.client.next_event().event == ucma::kConnectResponse);
-  rdma_ucm_accept rtu{};
-  rtu.id = active;
-  REQUIRE(p.client.command(RDMA_USER_CM_CMD_ACCEPT, rtu).status == 0);
-  p.deliver();
-  REQUIRE(p.server.next_event().event == ucma::kEstablished);
+  establish(p, p.resolve(7174));
 
   // Bytes written on the application's end (an untracked dup of the descriptor) are
   // discarded; the channel lives on.
@@ -520,15 +530,7 @@ TEST_CASE("ucma: a full backlog drops a request without a REJ, and the resent RE
   REQUIRE(p.connect(first, 0x11).status == 0);
   p.deliver();
   // A second client id on the same channel, to the same listener.
-  const std::uint32_t second = p.client.create_id(0x2001);
-  rdma_ucm_resolve_ip r{};
-  r.dst_addr = ipv4_address(kServerIp, 7174);
-  r.id = second;
-  r.timeout_ms = 2000;
-  REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r).status == 0);
-  REQUIRE(p.client.next_event().event == ucma::kAddrResolved);
-  REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{.id = second, .timeout_ms = 2000}).status == 0);
-  REQUIRE(p.client.next_event().event == ucma::kRouteResolved);
+  const std::uint32_t second = p.resolve_id(p.client.create_id(0x2001), 0x2001, 7174);
   REQUIRE(p.connect(second, 0x12).status == 0);
   p.deliver();
   CHECK(p.server.service.counters().connect_requests_dropped_backlog == 1);
@@ -606,26 +608,8 @@ TEST_CASE("ucma: a SIDR request to a port only an RC listener has is UNREACHABLE
 
   // An RC connection, disconnected twice from the active side, and once more after timewait:
   // rdma_disconnect has nothing left to send, and says 0 as the kernel does.
-  const std::uint32_t rc = p.client.create_id(0x2100);
-  rdma_ucm_resolve_ip r{};
-  r.dst_addr = ipv4_address(kServerIp, 7174);
-  r.id = rc;
-  r.timeout_ms = 2000;
-  REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r).status == 0);
-  REQUIRE(p.client.next_event().event == ucma::kAddrResolved);
-  REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{.id = rc, .timeout_ms = 2000}).status == 0);
-  REQUIRE(p.client.next_event().event == ucma::kRouteResolved);
-  REQUIRE(p.connect(rc, 0x11).status == 0);
-  p.deliver();
-  const std::uint32_t passive = p.server.next_event().id;
-  REQUIRE(accept_passive(p.server, passive, 0x3000, 0x22).status == 0);
-  p.deliver();
-  REQUIRE(p.client.next_event().event == ucma::kConnectResponse);
-  rdma_ucm_accept rtu{};
-  rtu.id = rc;
-  REQUIRE(p.client.command(RDMA_USER_CM_CMD_ACCEPT, rtu).status == 0);
-  p.deliver();
-  REQUIRE(p.server.next_event().event == ucma::kEstablished);
+  const std::uint32_t rc = p.resolve_id(p.client.create_id(0x2100), 0x2100, 7174);
+  establish(p, rc);
   CHECK(p.client.command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{.id = rc}).status == 0);
   CHECK(p.client.command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{.id = rc}).status == 0);
   p.deliver();
