@@ -3,7 +3,9 @@
 // program finds them first because LD_LIBRARY_PATH names that directory first, and sees only
 // the chosen vnic because RRDMA_DEVICES names it (docs/IBVERBS.md). The rdma_cm shim
 // librrdma_ucma.so, in the same directory, is appended to LD_PRELOAD: Debian's librdmacm
-// then reaches the vnic's daemon instead of the kernel (docs/RDMA_CM.md).
+// then reaches the vnic's daemon instead of the kernel (docs/RDMA_CM.md). `exec` also gives
+// the program the sysfs view of the vnics (cli/exec_sysfs.h); a shell set up by `env` cannot
+// have it.
 #include "cli/exec.h"
 
 #include <unistd.h>
@@ -16,7 +18,9 @@
 #include <optional>
 #include <string_view>
 
+#include "cli/exec_sysfs.h"
 #include "vnic/config.h"
+#include "vnic/lifecycle.h"
 #include "vnic/runtime.h"
 
 namespace rrdma::cli {
@@ -34,12 +38,20 @@ constexpr const char* kExecFooter = R"(Examples:
   # an rdma_cm program (librdmacm, through the preloaded shim)
   rrdma-vnic exec --dev rv0 -- rping -s -a 10.66.0.10
 Without --dev the program sees every running vnic. Exits with the program's status, or
-127 when PROGRAM is not found (126 when it cannot be run), as a shell does.)";
+127 when PROGRAM is not found (126 when it cannot be run), as a shell does.
+The program also sees the vnics in sysfs, as software built on rdma-core (UCX, libfabric)
+reads them: /sys/class/infiniband/NAME (node GUID, port 1 state, rate, GIDs with their
+RoCE v2 type and netdev) and /sys/class/infiniband_verbs/uverbsN, values as of the start.
+It gets a mount namespace of its own for that (and, when not run by root, a user namespace
+mapping the caller's own uid and gid); the host's mounts do not change. Where that cannot
+be done, a line on stderr says so and the program runs without the view
+(docs/IBVERBS.md "The sysfs view").)";
 
 constexpr const char* kEnvFooter = R"text(Example:
   eval "$(rrdma-vnic env --dev rv0)"; ibv_devinfo
 Prints `export` lines: LD_LIBRARY_PATH with our libibverbs.so.1 first, LD_PRELOAD with our
-rdma_cm shim (librrdma_ucma.so) appended, and RRDMA_DEVICES.)text";
+rdma_cm shim (librrdma_ucma.so) appended, and RRDMA_DEVICES. Programs started from that
+shell do not see the vnics in sysfs (stderr says so): use `exec` for those that read it.)text";
 
 constexpr const char* kShimName = "librrdma_ucma.so";
 
@@ -139,12 +151,28 @@ std::string shell_quote(const std::string& text) {
   return quoted + "'";
 }
 
+// RRDMA_INTERFACES for the shim (verbs/app/ucma/interfaces.h): "NAME=A.B.C.D/LEN" per vnic of
+// the view, ';' between them, from each daemon's status. A vnic whose status does not answer
+// is left out.
+std::string interfaces_variable(const std::vector<verbs::sysfs::DeviceValues>& vnics) {
+  std::string text;
+  for (const auto& vnic : vnics) {
+    const auto status = vnic::query_vnic(vnic.name, "status");
+    if (!status.reply || !status.reply->contains("ip") || !(*status.reply)["ip"].is_string()) continue;
+    if (!text.empty()) text += ';';
+    text += vnic.name + "=" + (*status.reply)["ip"].get<std::string>();
+  }
+  return text;
+}
+
 }  // namespace
 
 void add_exec_commands(CLI::App& app, ExecCommands& commands) {
   commands.exec = app.add_subcommand("exec", "Run an unmodified verbs or rdma_cm program (ibv_*, perftest, rping...) on a vnic");
   commands.exec->footer(kExecFooter);
   commands.exec->add_option("--dev", commands.device, "The vnic the program sees as its only RDMA device");
+  commands.exec->add_flag("--no-sysfs-view", commands.no_sysfs_view,
+                          "Run the program in the host's mount namespace, without the vnics in /sys/class");
   commands.exec->add_option("command", commands.command, "PROGRAM [ARGS...], after --")->required();
 
   commands.env = app.add_subcommand("env", "Print the shell variables that make verbs and rdma_cm programs use vnics");
@@ -155,6 +183,16 @@ void add_exec_commands(CLI::App& app, ExecCommands& commands) {
 int run_exec(const ExecCommands& commands) {
   const auto vars = variables_for(commands);
   if (!vars) return 1;
+  ::unsetenv("RRDMA_INTERFACES");
+  if (!commands.no_sysfs_view) {
+    const auto vnics = query_vnics(commands.device);
+    if (const std::string error = enter_sysfs_view(verbs::sysfs::build_view(vnics)); !error.empty()) {
+      std::cerr << "rrdma-vnic: the program runs without the vnics in /sys/class (" << error
+                << "): software that reads sysfs (UCX, libfabric) sees no RoCE GID types or netdevs\n";
+    } else if (const std::string interfaces = interfaces_variable(vnics); !interfaces.empty()) {
+      ::setenv("RRDMA_INTERFACES", interfaces.c_str(), 1);
+    }
+  }
   ::setenv("LD_LIBRARY_PATH", vars->library_path.c_str(), 1);
   ::setenv("LD_PRELOAD", vars->preload.c_str(), 1);
   if (vars->devices.empty()) {
@@ -178,6 +216,8 @@ int run_exec(const ExecCommands& commands) {
 int run_env(const ExecCommands& commands) {
   const auto vars = variables_for(commands);
   if (!vars) return 1;
+  std::cerr << "rrdma-vnic: programs started from this shell do not see the vnics in /sys/class (UCX, for one, "
+               "then finds no RoCE v2 GID type and takes RoCE v1); run those with `rrdma-vnic exec`\n";
   std::cout << "export LD_LIBRARY_PATH=" << shell_quote(vars->library_path) << "\n";
   std::cout << "export LD_PRELOAD=" << shell_quote(vars->preload) << "\n";
   if (vars->devices.empty()) {

@@ -13,6 +13,7 @@ struct ExecCommands {
   CLI::App* exec = nullptr;
   CLI::App* env = nullptr;
   std::string device;                 // --dev: the only vnic the program sees
+  bool no_sysfs_view = false;         // exec --no-sysfs-view
   std::vector<std::string> command;   // PROGRAM ARGS...
 };
 

@@ -124,8 +124,8 @@ constexpr std::array<Row, 25> kConnectedRows{{
     {0x14, "FETCH_ADD", F::kRequest | F::kAtomic | F::kStart | F::kEnd | F::kAtomicEth, false},
     {0x16, "SEND_LAST_WITH_INVALIDATE", kSendReq | F::kEnd | F::kIeth, false},
     {0x17, "SEND_ONLY_WITH_INVALIDATE", kSendReq | F::kStart | F::kEnd | F::kIeth, false},
-    // IBA 1.5 (FLUSH and ATOMIC_WRITE): carried by the table so that they are named, not
-    // executed; the engine answers them as unsupported.
+    // IBA 1.5 Annex A19 (Memory Placement Extensions): FLUSH (FETH then RETH, no payload) and
+    // ATOMIC_WRITE (RETH and 8 bytes), RC only; each answered by an empty READ response.
     {0x1C, "FLUSH", F::kRequest | F::kFlush | F::kStart | F::kEnd | F::kFeth | F::kReth, false},
     {0x1D, "ATOMIC_WRITE", F::kRequest | F::kAtomicWrite | F::kStart | F::kEnd | F::kReth | F::kPayload, false},
 }};

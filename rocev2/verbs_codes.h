@@ -63,7 +63,25 @@ inline constexpr std::uint32_t kRemoteWrite = 1u << 1;
 inline constexpr std::uint32_t kRemoteRead = 1u << 2;
 inline constexpr std::uint32_t kRemoteAtomic = 1u << 3;
 inline constexpr std::uint32_t kAll = kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic;
+// IBA 1.5 Annex A19 (Memory Placement Extensions): the placement types a FLUSH may ask of an
+// MR, and of a QP's responder (IBV_ACCESS_FLUSH_GLOBAL / _PERSISTENT, rdma-core 45 on).
+inline constexpr std::uint32_t kFlushGlobal = 1u << 8;
+inline constexpr std::uint32_t kFlushPersistent = 1u << 9;
 }  // namespace access
+
+// The FLUSH Extended Transport Header's fields (IBA 1.5 A19.4.1; ibv_wr_flush(3)'s `type` and
+// `level`): the placement type (bits 3:0) and the selectivity level (bits 5:4).
+namespace flush {
+inline constexpr std::uint8_t kGlobal = 1u << 0;       // IBV_FLUSH_GLOBAL: globally visible
+inline constexpr std::uint8_t kPersistent = 1u << 1;   // IBV_FLUSH_PERSISTENT: persistent
+inline constexpr std::uint8_t kLevelRange = 0;         // IBV_FLUSH_RANGE: the RETH's range
+inline constexpr std::uint8_t kLevelMr = 1;            // IBV_FLUSH_MR: the whole region
+constexpr std::uint32_t feth_bits(std::uint8_t type, std::uint8_t level) {
+  return (std::uint32_t{level} & 0x3u) << 4 | (std::uint32_t{type} & 0xFu);
+}
+constexpr std::uint8_t feth_type(std::uint32_t bits) { return static_cast<std::uint8_t>(bits & 0xFu); }
+constexpr std::uint8_t feth_level(std::uint32_t bits) { return static_cast<std::uint8_t>((bits >> 4) & 0x3u); }
+}  // namespace flush
 
 namespace send_flags {  // IBV_SEND_*
 inline constexpr std::uint32_t kFence = 1u << 0;
@@ -182,6 +200,14 @@ struct WrOpcodeInfo {
   bool ieth = false;        // the last packet carries an IETH (the R_Key to invalidate)
   bool read = false;        // the responder answers with data (READ responses)
   bool atomic = false;      // the responder answers with the original value (atomic ACK)
+  // IBA 1.5 Annex A19: FLUSH and ATOMIC_WRITE. The responder answers with an RDMA READ
+  // response of no data (rxe: send_read_response_ack), and keeps a responder resource for
+  // the request, so that a duplicate is answered again without being executed again.
+  bool flush = false;
+  bool atomic_write = false;
+  // A local operation (IBA 10.6.7 memory windows, 10.6.8 invalidation): the requester
+  // executes it in send-queue order against the MR table; nothing goes on the wire.
+  bool local = false;
   // Its IBV_QP_EX_WITH_* bit (ibv_qp_init_attr_ex.send_ops_flags): 1 << opcode up to TSO,
   // then FLUSH 1 << 11 and ATOMIC_WRITE 1 << 12.
   std::uint64_t send_ops_flag = 0;
@@ -189,6 +215,10 @@ struct WrOpcodeInfo {
   // The operations that keep a responder resource while outstanding (IBA ch. 9
   // max_rd_atomic) and whose local buffer the responder's answer fills.
   constexpr bool needs_response_data() const { return read || atomic; }
+  // Answered by an empty READ response (A19): no data, but a responder resource all the same.
+  constexpr bool empty_read_response() const { return flush || atomic_write; }
+  // What counts against max_rd_atomic at the requester (and max_dest_rd_atomic at the peer).
+  constexpr bool holds_responder_resource() const { return needs_response_data() || empty_read_response(); }
   constexpr bool allowed_on(QpType type) const {
     switch (type) {
       case QpType::Rc: return (transports & transports::kRc) != 0;
@@ -219,12 +249,21 @@ constexpr WrOpcodeInfo wr_row(std::string_view name, bool implemented, WcOpcode 
   info.ieth = begin.has(OpcodeFlags::kIeth);
   info.read = begin.has(OpcodeFlags::kReadRequest);
   info.atomic = begin.has(OpcodeFlags::kAtomic);
+  info.flush = begin.has(OpcodeFlags::kFlush);
+  info.atomic_write = begin.has(OpcodeFlags::kAtomicWrite);
   return info;
 }
 
 // A single-packet request: every place in the message is the same opcode.
 constexpr WrOpcodeInfo wr_single(std::string_view name, bool implemented, WcOpcode completion, Opcode op) {
   return wr_row(name, implemented, completion, transports::kRc, op, op, op, op);
+}
+
+// A local operation: no request opcodes (a row with `local` is never asked for one).
+constexpr WrOpcodeInfo wr_local(std::string_view name, WcOpcode completion, std::uint8_t transports) {
+  WrOpcodeInfo info{name, true, completion, transports};
+  info.local = true;
+  return info;
 }
 
 // The rows in IBV_WR_* order; a name with no row is an opcode verbs.h does not define.
@@ -245,17 +284,16 @@ constexpr std::array<WrOpcodeInfo, 16> make_wr_opcodes() {
   t[4] = wr_single("RDMA_READ", true, WcOpcode::RdmaRead, O::RcReadRequest);
   t[5] = wr_single("ATOMIC_CMP_AND_SWP", true, WcOpcode::CompSwap, O::RcCompareSwap);
   t[6] = wr_single("ATOMIC_FETCH_AND_ADD", true, WcOpcode::FetchAdd, O::RcFetchAdd);
-  t[7].name = "LOCAL_INV";
-  t[7].completion = WcOpcode::LocalInv;
-  t[8].name = "BIND_MW";
-  t[8].completion = WcOpcode::BindMw;
+  // Local operations, on RC and UC as rxe allows them (rxe_opcode.c WR_LOCAL_OP_MASK).
+  t[7] = wr_local("LOCAL_INV", WcOpcode::LocalInv, kConnected);
+  t[8] = wr_local("BIND_MW", WcOpcode::BindMw, kConnected);
   t[9] = wr_row("SEND_WITH_INV", true, WcOpcode::Send, transports::kRc,
                 O::RcSendFirst, O::RcSendMiddle, O::RcSendLastInv, O::RcSendOnlyInv);
   t[10].name = "TSO";
   t[10].completion = WcOpcode::Tso;
   t[11].name = "DRIVER1";
-  t[14] = wr_single("FLUSH", false, WcOpcode::Flush, O::RcFlush);
-  t[15] = wr_single("ATOMIC_WRITE", false, WcOpcode::AtomicWrite, O::RcAtomicWrite);
+  t[14] = wr_single("FLUSH", true, WcOpcode::Flush, O::RcFlush);
+  t[15] = wr_single("ATOMIC_WRITE", true, WcOpcode::AtomicWrite, O::RcAtomicWrite);
   for (std::size_t i = 0; i <= 10; ++i) t[i].send_ops_flag = std::uint64_t{1} << i;
   t[14].send_ops_flag = std::uint64_t{1} << 11;
   t[15].send_ops_flag = std::uint64_t{1} << 12;
@@ -289,6 +327,7 @@ namespace detail {
 // for. A row that skipped this would put, say, RC SEND_FIRST on a UD QP.
 constexpr bool rows_agree_with_opcode_table() {
   for (const WrOpcodeInfo& row : kWrOpcodes) {
+    if (row.local) continue;  // nothing on the wire
     if (row.allowed_on(QpType::Ud) && !opcode_info(row.ud_only).flags.has(OpcodeFlags::kUd)) return false;
     if (row.allowed_on(QpType::Uc)) {
       for (const Opcode rc : {row.first, row.middle, row.last, row.only})
@@ -313,5 +352,13 @@ static_assert(wr_opcode_info(WrOpcode::SendWithImm).request_opcode(QpType::Ud, t
 static_assert(!wr_opcode_info(WrOpcode::RdmaRead).allowed_on(QpType::Uc));
 static_assert(!wr_opcode_info(WrOpcode::SendWithInv).allowed_on(QpType::Uc));
 static_assert(!wr_opcode_info(static_cast<WrOpcode>(200)).implemented);
+static_assert(wr_opcode_info(WrOpcode::Flush).flush && wr_opcode_info(WrOpcode::Flush).reth &&
+              !wr_opcode_info(WrOpcode::Flush).allowed_on(QpType::Uc));
+static_assert(wr_opcode_info(WrOpcode::AtomicWrite).atomic_write && wr_opcode_info(WrOpcode::AtomicWrite).reth &&
+              !wr_opcode_info(WrOpcode::AtomicWrite).atomic_eth && !wr_opcode_info(WrOpcode::AtomicWrite).needs_response_data());
+static_assert(wr_opcode_info(WrOpcode::AtomicWrite).holds_responder_resource());
+static_assert(flush::feth_bits(flush::kGlobal, flush::kLevelMr) == 0x11);
+static_assert(wr_opcode_info(WrOpcode::BindMw).local && wr_opcode_info(WrOpcode::LocalInv).local);
+static_assert(!wr_opcode_info(WrOpcode::BindMw).allowed_on(QpType::Ud) && !wr_opcode_info(WrOpcode::Send).local);
 
 }  // namespace rrdma::rocev2

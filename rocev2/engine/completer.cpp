@@ -45,6 +45,10 @@ Engine::Impl::AckStop Engine::Impl::ack_through(Qp& qp, Psn last, bool& progress
   while (!r.sq.empty()) {
     SendWqe& w = r.sq.front();
     if (!w.started) break;
+    if (w.is_local()) {  // executed, and everything before it is complete now
+      pop_front(qp, WcStatus::Success);
+      continue;
+    }
     if (last.before(w.last_psn())) {
       if (w.needs_response_data()) {
         return last.before(w.first_psn + w.responses_received) ? AckStop::Done : AckStop::MissingResponse;
@@ -86,7 +90,7 @@ void Engine::Impl::after_progress(Qp& qp, Instant now) {
 void Engine::Impl::pop_front(Qp& qp, WcStatus status) {
   Requester& r = qp.req;
   const SendWqe& w = r.sq.front();
-  if (w.started && w.needs_response_data()) --r.rd_atomic_in_flight;
+  if (w.started && w.holds_responder_resource()) --r.rd_atomic_in_flight;
   complete_send(qp, w, status);
   r.sq.pop_front();
   if (r.next_send > 0) --r.next_send;
@@ -185,6 +189,10 @@ void Engine::Impl::on_read_response(Qp& qp, const TransportPacket& p, Instant no
   Requester& r = qp.req;
   const Psn psn = p.bth.psn;
   if (!acknowledge_through(qp, psn - 1, now)) return;
+  if (!r.sq.empty() && r.sq.front().empty_read_response() && r.sq.front().contains(psn)) {
+    on_empty_read_response(qp, p, now);
+    return;
+  }
   if (r.sq.empty() || !r.sq.front().is_read() || !r.sq.front().contains(psn)) {
     ++counters_.ghost_responses;
     observe(qp, p.bth, PacketDecision::Ignored, "READ response for no outstanding READ");
@@ -218,6 +226,19 @@ void Engine::Impl::on_read_response(Qp& qp, const TransportPacket& p, Instant no
   observe(qp, p.bth, PacketDecision::Accepted, "READ response");
   if (last) pop_front(qp, WcStatus::Success);
   after_progress(qp, now);
+}
+
+// IBA 1.5 A19: FLUSH and ATOMIC_WRITE are answered by an RDMA READ response ONLY with no
+// data (rxe: send_read_response_ack); anything else there is a bad response (rxe's
+// completer fails the WQE with a fatal error; IBV_WC_BAD_RESP_ERR is ours for a malformed
+// response, as for a READ response of the wrong length).
+void Engine::Impl::on_empty_read_response(Qp& qp, const TransportPacket& p, Instant now) {
+  if (p.bth.opcode != Opcode::RcReadResponseOnly || !p.payload.empty()) {
+    fail_front(qp, WcStatus::BadRespErr, "FLUSH / ATOMIC_WRITE answered by a READ response with data");
+    return;
+  }
+  observe(qp, p.bth, PacketDecision::Accepted, "empty READ response (FLUSH / ATOMIC_WRITE done)");
+  acknowledge_through(qp, p.bth.psn, now);
 }
 
 void Engine::Impl::on_atomic_ack(Qp& qp, const TransportPacket& p, Instant now) {

@@ -271,7 +271,8 @@ void Engine::Impl::complete_send(Qp& qp, const SendWqe& w, WcStatus status) {
   c.wr_id = w.wr.wr_id;
   c.status = status;
   c.opcode = wr_opcode_info(w.wr.opcode).completion;
-  c.byte_len = static_cast<std::uint32_t>(w.is_atomic() ? 8 : w.length);
+  // rxe reports a WQE's DMA length: 8 for atomics and ATOMIC_WRITE, a FLUSH's range length.
+  c.byte_len = static_cast<std::uint32_t>(w.is_atomic() ? 8 : w.wr.opcode == WrOpcode::Flush ? w.wr.flush_length : w.length);
   observer_->on_completion(c);
   host_.complete(c);
 }

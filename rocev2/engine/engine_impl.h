@@ -221,9 +221,12 @@ class Engine::Impl {
   void pump(Qp& qp, Instant now);
   bool may_start(const Qp& qp, const SendWqe& w) const;
   bool start_wqe(Qp& qp, SendWqe& w);
+  bool run_local(Qp& qp, SendWqe& w);
+  void complete_local_front(Qp& qp);
   bool send_next_packet(Qp& qp, SendWqe& w, Instant now);
   void send_read_request(Qp& qp, SendWqe& w, TransportPacket& p);
   void send_atomic_request(Qp& qp, SendWqe& w, TransportPacket& p);
+  void send_placement_request(Qp& qp, SendWqe& w, TransportPacket& p);
   bool fill_segment(Qp& qp, SendWqe& w, TransportPacket& p);
   std::size_t read_ahead_window(const Qp& qp, const SendWqe& w, std::uint64_t offset, std::size_t size) const;
   std::optional<std::span<const std::uint8_t>> read_payload(Qp& qp, const SendWqe& w, std::uint64_t offset,
@@ -249,6 +252,7 @@ class Engine::Impl {
   void on_rnr_nak(Qp& qp, const TransportPacket& p, Instant now);
   void on_read_response(Qp& qp, const TransportPacket& p, Instant now);
   void on_atomic_ack(Qp& qp, const TransportPacket& p, Instant now);
+  void on_empty_read_response(Qp& qp, const TransportPacket& p, Instant now);
   void fail_front(Qp& qp, WcStatus status, std::string_view cause);
 
   // responder.cpp
@@ -264,6 +268,10 @@ class Engine::Impl {
   Verdict execute_write(Qp& qp, const TransportPacket& p, OpcodeFlags flags);
   Verdict execute_read(Qp& qp, const TransportPacket& p);
   Verdict execute_atomic(Qp& qp, const TransportPacket& p);
+  Verdict execute_atomic_write(Qp& qp, const TransportPacket& p);
+  Verdict execute_flush(Qp& qp, const TransportPacket& p);
+  std::optional<MrFacts> flush_target(const Qp& qp, const Reth& reth, std::uint8_t type, std::uint8_t level) const;
+  void finish_placement(Qp& qp, Psn psn);
   Verdict take_receive_wqe(Qp& qp);
   bool remote_readable(const Qp& qp, const Reth& reth) const;
   Verdict start_read_stream(Qp& qp, const Reth& reth, Psn psn, bool duplicate);
@@ -272,12 +280,13 @@ class Engine::Impl {
   void wait_behind_read(Qp& qp, const TransportPacket& p);
   void run_waiting(Qp& qp);
   void send_atomic_ack(Qp& qp, Psn psn, std::uint64_t original, bool duplicate);
+  void send_empty_read_response(Qp& qp, Psn psn, bool duplicate);
   void send_ack(Qp& qp, Psn psn, std::uint8_t syndrome, PacketDecision d, std::string_view why);
   void owe_ack(Qp& qp, Psn psn);
   void answered(Qp& qp, Psn last);
   void refuse(Qp& qp, const TransportPacket& p, const Verdict& v);
   void remember(Qp& qp, ReplayEntry e);
-  const ReplayEntry* recall(const Qp& qp, Psn psn) const;
+  const ReplayEntry* recall(const Qp& qp, Psn psn, ReplayEntry::Kind kind) const;
   void abort_uc_message(Qp& qp);
 
   EngineHost& host_;

@@ -1,6 +1,7 @@
 #include "rocev2/engine/memory.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace rrdma::rocev2 {
 
@@ -56,6 +57,14 @@ bool for_each_piece(const std::vector<ResolvedSge>& sges, std::uint64_t offset, 
 
 }  // namespace
 
+bool Dma::atomic_write(const MrFacts& mr, std::uint64_t addr, std::uint64_t value) {
+  std::uint8_t bytes[8];
+  std::memcpy(bytes, &value, sizeof bytes);
+  return write(mr, addr, bytes);
+}
+
+bool Dma::place_writes(const MrFacts&) { return true; }
+
 bool Dma::read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out) {
   std::size_t at = 0;
   for (const DmaPiece& piece : pieces) {
@@ -84,10 +93,11 @@ bool scatter(Dma& dma, const std::vector<ResolvedSge>& sges, std::uint64_t offse
   });
 }
 
-std::optional<MrFacts> check_remote(const MrTable& mrs, std::uint32_t pd, Rkey rkey,
+std::optional<MrFacts> check_remote(const MrTable& mrs, std::uint32_t pd, Qpn qpn, Rkey rkey,
                                     std::uint32_t access, std::uint64_t va, std::uint64_t length) {
   const std::optional<MrFacts> mr = mrs.find_rkey(rkey);
   if (!mr || mr->pd != pd || (mr->access & access) != access) return std::nullopt;
+  if (mr->bound_qp && *mr->bound_qp != qpn) return std::nullopt;
   if (!range_inside(*mr, va, length)) return std::nullopt;
   return mr;
 }

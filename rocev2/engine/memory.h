@@ -37,9 +37,10 @@ bool append_pieces(const std::vector<ResolvedSge>& sges, std::uint64_t offset, s
 bool scatter(Dma& dma, const std::vector<ResolvedSge>& sges, std::uint64_t offset,
              std::span<const std::uint8_t> in);
 
-// Remote access through an R_Key: key, PD, access right and bounds, checked before any
-// byte moves (IBA ch. 10 memory protection; ch. 9 responder checks).
-std::optional<MrFacts> check_remote(const MrTable& mrs, std::uint32_t pd, Rkey rkey,
+// Remote access through an R_Key arriving on QP `qpn` of `pd`: key, PD, access right and
+// bounds, and for a type 2 memory window the QP it is bound to, checked before any byte moves
+// (IBA ch. 10 memory protection; ch. 9 responder checks; 10.6.7.2.2 type 2 windows).
+std::optional<MrFacts> check_remote(const MrTable& mrs, std::uint32_t pd, Qpn qpn, Rkey rkey,
                                     std::uint32_t access, std::uint64_t va, std::uint64_t length);
 
 }  // namespace rrdma::rocev2

@@ -36,6 +36,17 @@ struct MrFacts {
   std::uint64_t handle = 0;      // opaque to the engine; handed back to Dma
   Lkey lkey{};
   Rkey rkey{};
+  // A type 2 memory window is used only through the QP it was bound through (IBA 10.6.7.2.2;
+  // rxe_lookup_mw compares mw->qp): that QP's number. Empty for regions and type 1 windows.
+  std::optional<Qpn> bound_qp;
+};
+
+// A BIND_MW work request as the requester executes it: the WR's fields and the QP it came
+// through (its PD and number).
+struct MwBindRequest {
+  MwBind bind;
+  std::uint32_t qp_pd = 0;
+  Qpn qpn{};
 };
 
 class MrTable {
@@ -46,6 +57,13 @@ class MrTable {
   // SEND with Invalidate (IBA ch. 10): invalidate `key` if it belongs to `pd` and may
   // be remotely invalidated. False if it may not (the message then fails).
   virtual bool invalidate_rkey(Rkey key, std::uint32_t pd) = 0;
+  // The local operations (IBA 10.6.7, 10.6.8), executed by the requester in send-queue order.
+  // A table without memory windows has nothing to bind or invalidate: it refuses both, and
+  // the WR completes in error (IBV_WC_MW_BIND_ERR / IBV_WC_LOC_QP_OP_ERR).
+  // BIND_MW: true if the window is now bound as asked.
+  virtual bool bind_mw(const MwBindRequest& /*request*/) { return false; }
+  // LOCAL_INV of `key` through a QP of `pd`: true if it was invalidated.
+  virtual bool invalidate_local(Rkey /*key*/, std::uint32_t /*pd*/) { return false; }
 };
 
 // One piece of a scatter/gather list: `length` bytes at virtual address `addr` of `mr`.
@@ -72,6 +90,14 @@ class Dma {
                                                     std::uint64_t compare, std::uint64_t swap) = 0;
   virtual std::optional<std::uint64_t> fetch_add(const MrFacts& mr, std::uint64_t addr,
                                                  std::uint64_t add) = 0;
+  // IBA 1.5 A19.4.2 ATOMIC_WRITE: the 8 bytes land whole, at an 8-byte aligned address,
+  // after every write before them. The default is write(); a host that defers writes
+  // (combining) places the deferred ones first and stores these 8 bytes in one piece.
+  virtual bool atomic_write(const MrFacts& mr, std::uint64_t addr, std::uint64_t value);
+  // IBA 1.5 A19.4.1 FLUSH: every write made so far into `mr` has landed where the owner's
+  // CPUs see it (global visibility). True when they have; the default has nothing to do
+  // (its writes land when write() returns). False if the memory could not be reached.
+  virtual bool place_writes(const MrFacts& mr);
 };
 
 // A FIFO of receive WQEs. The engine gives each QP its own; an SRQ implements this too and

@@ -34,7 +34,10 @@ struct SendWqe {
   bool fully_sent() const { return started && next_packet >= packets; }
   bool is_read() const { return wr_opcode_info(wr.opcode).read; }
   bool is_atomic() const { return wr_opcode_info(wr.opcode).atomic; }
+  bool is_local() const { return wr_opcode_info(wr.opcode).local; }
   bool needs_response_data() const { return wr_opcode_info(wr.opcode).needs_response_data(); }
+  bool empty_read_response() const { return wr_opcode_info(wr.opcode).empty_read_response(); }
+  bool holds_responder_resource() const { return wr_opcode_info(wr.opcode).holds_responder_resource(); }
   bool contains(Psn p) const { return started && p.distance_from(first_psn) < packets; }
 };
 
@@ -56,10 +59,13 @@ struct Requester {
   std::string_view retransmit_reason = "retransmission";  // for the observer (static text)
 };
 
-// A READ or atomic the responder executed, kept to answer duplicates (IBA ch. 9 duplicate rules).
+// A READ, atomic, FLUSH or ATOMIC_WRITE the responder executed, kept to answer duplicates
+// (IBA ch. 9 duplicate rules; A19: a duplicate FLUSH or ATOMIC_WRITE is answered again, not
+// executed again).
 struct ReplayEntry {
+  enum class Kind : std::uint8_t { Read, Atomic, EmptyReadResponse };
   Psn psn{};
-  bool atomic = false;
+  Kind kind = Kind::Read;
   std::uint64_t original = 0;  // atomic: the value returned the first time
 };
 

@@ -20,7 +20,12 @@ void Engine::Impl::pump(Qp& qp, Instant now) {
     if (!w.started) {
       if (s == QpState::Sqd) break;  // SQD: finish what has started, start nothing new
       if (qp.type == QpType::Rc && !may_start(qp, w)) break;
-      if (!start_wqe(qp, w)) return;
+      if (w.is_local() ? !run_local(qp, w) : !start_wqe(qp, w)) return;
+    }
+    if (w.is_local()) {
+      ++r.next_send;
+      complete_local_front(qp);
+      continue;
     }
     if (qp.type == QpType::Rc && r.next_psn.distance_from(r.comp_psn) >= kMaxUnackedPsns) break;
     if (!send_next_packet(qp, w, now)) return;
@@ -42,8 +47,39 @@ void Engine::Impl::pump(Qp& qp, Instant now) {
 bool Engine::Impl::may_start(const Qp& qp, const SendWqe& w) const {
   const Requester& r = qp.req;
   if ((w.wr.flags & send_flags::kFence) && r.rd_atomic_in_flight > 0) return false;
+  // FLUSH and ATOMIC_WRITE hold a responder resource too (IBA 1.5 A19: the responder keeps
+  // them to answer a duplicate; rxe checks max_dest_rd_atomic for ATOMIC_WRITE).
   const std::uint32_t limit = std::max<std::uint32_t>(1, qp.attr.max_rd_atomic);
-  return !w.needs_response_data() || r.rd_atomic_in_flight < limit;
+  return !w.holds_responder_resource() || r.rd_atomic_in_flight < limit;
+}
+
+// A local operation (BIND_MW, LOCAL_INV) runs when the requester reaches it, so after every
+// earlier WQE has been sent (IBA 10.6.7.2: binds are ordered with the other WRs of the send
+// queue); it completes once every earlier WQE has (complete_local_front). Failure completes
+// it in error and moves the QP to ERR, as rxe does (rxe_req.c: IB_WC_MW_BIND_ERR for a bind,
+// IB_WC_LOC_QP_OP_ERR for an invalidation, then the QP errors).
+bool Engine::Impl::run_local(Qp& qp, SendWqe& w) {
+  Requester& r = qp.req;
+  const bool bind = w.wr.opcode == WrOpcode::BindMw;
+  const bool done = bind ? mrs_.bind_mw({w.wr.bind, qp.pd, qp.qpn}) : mrs_.invalidate_local(w.wr.invalidate_rkey, qp.pd);
+  if (!done) {
+    complete_send(qp, w, bind ? WcStatus::MwBindErr : WcStatus::LocQpOpErr);
+    r.sq.erase(r.sq.begin() + static_cast<std::ptrdiff_t>(r.next_send));
+    enter_error(qp, bind ? "memory window bind failed" : "local invalidate failed", std::nullopt);
+    return false;
+  }
+  w.started = true;
+  w.length = 0;
+  w.packets = 0;  // no PSN: contains() is false for every PSN, fully_sent() is true
+  w.first_psn = r.next_psn;
+  w.next_packet = 0;
+  return true;
+}
+
+// Local operations at the front of the send queue have nothing left to wait for.
+void Engine::Impl::complete_local_front(Qp& qp) {
+  Requester& r = qp.req;
+  while (!r.sq.empty() && r.sq.front().is_local() && r.sq.front().started) pop_front(qp, WcStatus::Success);
 }
 
 // Resolves the WQE's local memory and assigns its PSNs. False if it failed (it has then
@@ -52,7 +88,10 @@ bool Engine::Impl::start_wqe(Qp& qp, SendWqe& w) {
   Requester& r = qp.req;
   const std::uint32_t mtu = qp.attr.path_mtu;
   WcStatus failure = WcStatus::Success;
-  if (w.wr.flags & send_flags::kInline && !w.needs_response_data()) {
+  if (w.empty_read_response()) {
+    // No local memory: ATOMIC_WRITE's 8 bytes travel in the WQE, FLUSH carries no payload.
+    w.length = w.wr.opcode == WrOpcode::AtomicWrite ? 8 : 0;
+  } else if (w.wr.flags & send_flags::kInline && !w.needs_response_data()) {
     w.length = w.wr.inline_data.size();
   } else {
     const LocalCheck c = resolve_sges(mrs_, qp.pd, w.wr.sg_list, w.needs_response_data(), w.sges);
@@ -73,11 +112,11 @@ bool Engine::Impl::start_wqe(Qp& qp, SendWqe& w) {
     else enter_send_queue_error(qp, "local error in a send WQE");
     return false;
   }
-  w.packets = w.is_atomic() ? 1 : packets_for(w.length, mtu);
+  w.packets = w.is_atomic() || w.empty_read_response() ? 1 : packets_for(w.length, mtu);
   w.started = true;
   w.first_psn = r.next_psn;
   w.next_packet = 0;
-  if (w.needs_response_data()) ++r.rd_atomic_in_flight;
+  if (w.holds_responder_resource()) ++r.rd_atomic_in_flight;
   return true;
 }
 
@@ -91,6 +130,8 @@ bool Engine::Impl::send_next_packet(Qp& qp, SendWqe& w, Instant now) {
     send_read_request(qp, w, p);
   } else if (w.is_atomic()) {
     send_atomic_request(qp, w, p);
+  } else if (w.empty_read_response()) {
+    send_placement_request(qp, w, p);
   } else if (!fill_segment(qp, w, p)) {
     return false;
   }
@@ -122,6 +163,24 @@ void Engine::Impl::send_atomic_request(Qp& qp, SendWqe& w, TransportPacket& p) {
   p.bth.ack_req = true;
   p.atomic_eth = AtomicEth{w.wr.remote_addr, w.wr.rkey, cas ? w.wr.swap : w.wr.compare_add,
                            cas ? w.wr.compare_add : 0};
+  ++qp.req.next_psn;
+  w.next_packet = 1;
+}
+
+// IBA 1.5 Annex A19, as rxe builds them: ATOMIC_WRITE is a RETH (length 8) and the 8 bytes;
+// FLUSH is a FETH (placement type, selectivity level) and a RETH (the range), no payload.
+// Both ask for an answer (AckReq), which is an empty RDMA READ response.
+void Engine::Impl::send_placement_request(Qp& qp, SendWqe& w, TransportPacket& p) {
+  p.bth.opcode = wr_opcode_info(w.wr.opcode).only;
+  p.bth.ack_req = true;
+  if (w.wr.opcode == WrOpcode::AtomicWrite) {
+    p.reth = Reth{w.wr.remote_addr, w.wr.rkey, 8};
+    std::memcpy(scratch_.data(), &w.wr.compare_add, 8);
+    p.payload = std::span<const std::uint8_t>(scratch_.data(), 8);
+  } else {
+    p.feth = Feth{flush::feth_bits(w.wr.flush_type, w.wr.flush_level)};
+    p.reth = Reth{w.wr.remote_addr, w.wr.rkey, w.wr.flush_length};
+  }
   ++qp.req.next_psn;
   w.next_packet = 1;
 }
@@ -230,7 +289,7 @@ void Engine::Impl::read_ahead_following(Qp& qp, std::uint32_t psns_left) {
   const Requester& r = qp.req;
   for (std::size_t i = r.next_send + 1; i < r.sq.size() && read_ahead_.room() > 0; ++i) {
     const SendWqe& next = r.sq[i];
-    if (next.needs_response_data() || (next.wr.flags & send_flags::kInline)) return;
+    if (next.holds_responder_resource() || next.is_local() || (next.wr.flags & send_flags::kInline)) return;
     const std::vector<ResolvedSge>* sges = &next.sges;
     if (next.started) {
       if (next.next_packet != 0) return;

@@ -169,8 +169,20 @@ void Engine::Impl::rc_duplicate(Qp& qp, const TransportPacket& p) {
     if (v.kind != Verdict::Kind::Ok) refuse(qp, p, v);
     return;
   }
+  if (f.has(OpcodeFlags::kFlush) || f.has(OpcodeFlags::kAtomicWrite)) {
+    // IBA 1.5 A19 (rxe: process_flush / atomic_write_reply with res->replay): answered
+    // again, never executed again: a second ATOMIC_WRITE would overwrite what was stored
+    // after the first.
+    if (!recall(qp, p.bth.psn, ReplayEntry::Kind::EmptyReadResponse)) {
+      observe(qp, p.bth, PacketDecision::Dropped, "duplicate FLUSH / ATOMIC_WRITE no longer remembered");
+      return;
+    }
+    observe(qp, p.bth, PacketDecision::Duplicate, "duplicate FLUSH / ATOMIC_WRITE: answered again");
+    send_empty_read_response(qp, p.bth.psn, true);
+    return;
+  }
   if (f.has(OpcodeFlags::kAtomic)) {
-    const ReplayEntry* e = recall(qp, p.bth.psn);
+    const ReplayEntry* e = recall(qp, p.bth.psn, ReplayEntry::Kind::Atomic);
     if (!e) {
       observe(qp, p.bth, PacketDecision::Dropped, "duplicate atomic no longer in the replay cache");
       return;
@@ -182,22 +194,40 @@ void Engine::Impl::rc_duplicate(Qp& qp, const TransportPacket& p) {
   observe(qp, p.bth, PacketDecision::Dropped, "duplicate of an unsupported request");
 }
 
+namespace {
+
+// The access:: bits a FLUSH of placement `type` needs (IBA 1.5 A19.4.1; rxe check_rkey).
+std::uint32_t flush_access(std::uint8_t type) {
+  return ((type & flush::kGlobal) ? access::kFlushGlobal : 0u) | ((type & flush::kPersistent) ? access::kFlushPersistent : 0u);
+}
+
+// IBA ch. 9 responder checks (rxe: check_qp_attr_access): the QP itself must allow the
+// operation. ATOMIC_WRITE is a write; a FLUSH needs the QP's FLUSH access bit of each
+// placement type it asks for (rxe checks qp_access_flags too, not only the MR's).
+bool granted_by_qp(std::uint32_t granted, const TransportPacket& p, OpcodeFlags f) {
+  if (f.has(OpcodeFlags::kReadRequest) && !(granted & access::kRemoteRead)) return false;
+  if ((f.has(OpcodeFlags::kWrite) || f.has(OpcodeFlags::kAtomicWrite)) && !(granted & access::kRemoteWrite)) return false;
+  if (f.has(OpcodeFlags::kAtomic) && !(granted & access::kRemoteAtomic)) return false;
+  if (f.has(OpcodeFlags::kFlush)) {
+    const std::uint32_t need = flush_access(flush::feth_type(p.feth->bits));
+    if ((granted & need) != need) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Verdict Engine::Impl::execute(Qp& qp, const TransportPacket& p) {
   const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
-  if (f.has(OpcodeFlags::kFlush) || f.has(OpcodeFlags::kAtomicWrite))
-    return Verdict::invalid_request("IBA 1.5 FLUSH / ATOMIC_WRITE not supported");
   if (Verdict v = check_sequence(qp, f); v.kind != Verdict::Kind::Ok) return v;
-  // IBA ch. 9 responder checks (rxe: check_op_valid): the QP itself must allow the operation.
-  const std::uint32_t granted = qp.attr.access_flags;
-  if ((f.has(OpcodeFlags::kReadRequest) && !(granted & access::kRemoteRead)) ||
-      (f.has(OpcodeFlags::kWrite) && !(granted & access::kRemoteWrite)) ||
-      (f.has(OpcodeFlags::kAtomic) && !(granted & access::kRemoteAtomic)))
-    return Verdict::invalid_request("operation not enabled on the QP");
+  if (!granted_by_qp(qp.attr.access_flags, p, f)) return Verdict::invalid_request("operation not enabled on the QP");
   if (Verdict v = check_length(qp, p, f); v.kind != Verdict::Kind::Ok) return v;
   if (f.has(OpcodeFlags::kSend)) return execute_send(qp, p, f);
   if (f.has(OpcodeFlags::kWrite)) return execute_write(qp, p, f);
   if (f.has(OpcodeFlags::kReadRequest)) return execute_read(qp, p);
   if (f.has(OpcodeFlags::kAtomic)) return execute_atomic(qp, p);
+  if (f.has(OpcodeFlags::kAtomicWrite)) return execute_atomic_write(qp, p);
+  if (f.has(OpcodeFlags::kFlush)) return execute_flush(qp, p);
   return Verdict::invalid_request("not a request this QP executes");
 }
 
@@ -296,7 +326,7 @@ Verdict Engine::Impl::execute_write(Qp& qp, const TransportPacket& p, OpcodeFlag
     s.write_mr.reset();
     // A zero-length WRITE needs no valid R_Key (rxe check_rkey).
     if (reth.dma_length > 0) {
-      s.write_mr = check_remote(mrs_, qp.pd, reth.rkey, access::kRemoteWrite, reth.virtual_address, reth.dma_length);
+      s.write_mr = check_remote(mrs_, qp.pd, qp.qpn, reth.rkey, access::kRemoteWrite, reth.virtual_address, reth.dma_length);
       if (!s.write_mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
     }
     s.write_va = reth.virtual_address;
@@ -341,7 +371,7 @@ Verdict Engine::Impl::execute_read(Qp& qp, const TransportPacket& p) {
   // The READ occupies one PSN per response packet (IBA ch. 9, RDMA READ).
   s.expected_psn = p.bth.psn + packets_for(reth.dma_length, qp.attr.path_mtu);
   s.msn = next(s.msn);  // counted when executed, so the responses carry it (C9-148)
-  remember(qp, {p.bth.psn, false, 0});
+  remember(qp, {p.bth.psn, ReplayEntry::Kind::Read, 0});
   return start_read_stream(qp, reth, p.bth.psn, false);
 }
 
@@ -351,7 +381,7 @@ Verdict Engine::Impl::execute_atomic(Qp& qp, const TransportPacket& p) {
   const AtomicEth& a = *p.atomic_eth;
   // IBA ch. 9 atomics: the target of an atomic is a naturally aligned 64-bit word.
   if (a.virtual_address % 8 != 0) return Verdict::invalid_request("atomic address not 8-byte aligned");
-  const std::optional<MrFacts> mr = check_remote(mrs_, qp.pd, a.rkey, access::kRemoteAtomic, a.virtual_address, 8);
+  const std::optional<MrFacts> mr = check_remote(mrs_, qp.pd, qp.qpn, a.rkey, access::kRemoteAtomic, a.virtual_address, 8);
   if (!mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
   // The engine runs one request at a time, so atomics are atomic with respect to each other
   // on this responder. Whether they are also atomic with respect to the target CPU's own
@@ -362,16 +392,81 @@ Verdict Engine::Impl::execute_atomic(Qp& qp, const TransportPacket& p) {
   if (!original) return Verdict::operational_error("target memory unreachable", WcStatus::RemOpErr);
   s.expected_psn = p.bth.psn + 1;
   s.msn = next(s.msn);
-  remember(qp, {p.bth.psn, true, *original});
+  remember(qp, {p.bth.psn, ReplayEntry::Kind::Atomic, *original});
   send_atomic_ack(qp, p.bth.psn, *original, false);
   return Verdict::ok();
+}
+
+// IBA 1.5 A19.4.2 ATOMIC_WRITE, checked in rxe's order: responder resources, then the R_Key
+// (REMOTE_WRITE over the RETH's range: a remote access error), then the length (the RETH
+// and the payload both 8 bytes), then the alignment (rxe: RESPST_ERR_MISALIGNED_ATOMIC,
+// an invalid request). Executed once: a duplicate is answered from the replay cache.
+Verdict Engine::Impl::execute_atomic_write(Qp& qp, const TransportPacket& p) {
+  if (qp.attr.max_dest_rd_atomic == 0) return Verdict::invalid_request("no responder resources for ATOMIC_WRITE");
+  const Reth& reth = *p.reth;
+  const std::optional<MrFacts> mr =
+      check_remote(mrs_, qp.pd, qp.qpn, reth.rkey, access::kRemoteWrite, reth.virtual_address, reth.dma_length);
+  if (!mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
+  if (reth.dma_length != 8 || p.payload.size() != 8)
+    return Verdict::invalid_request("ATOMIC_WRITE carries other than 8 bytes");
+  if (reth.virtual_address % 8 != 0) return Verdict::invalid_request("ATOMIC_WRITE address not 8-byte aligned");
+  std::uint64_t value = 0;
+  std::memcpy(&value, p.payload.data(), sizeof value);  // the bytes as sent: no byte order
+  if (!dma_.atomic_write(*mr, reth.virtual_address, value))
+    return Verdict::operational_error("target memory unwritable", WcStatus::RemOpErr);
+  finish_placement(qp, p.bth.psn);
+  return Verdict::ok();
+}
+
+// IBA 1.5 A19.4.1 FLUSH: the FETH names the placement type and the selectivity level; the
+// MR behind the R_Key must grant the FLUSH access of every type asked for (a remote access
+// error otherwise). The engine executes requests in PSN order, so every WRITE and atomic
+// before the FLUSH has been handed to the Dma; place_writes() makes them land.
+Verdict Engine::Impl::execute_flush(Qp& qp, const TransportPacket& p) {
+  const std::uint8_t type = flush::feth_type(p.feth->bits);
+  const std::uint8_t level = flush::feth_level(p.feth->bits);
+  // rxe takes any level but RANGE as MR and any type bits as given; we refuse what the
+  // annex does not define rather than guess (docs/TRANSPORT.md).
+  if (type == 0 || (type & ~(flush::kGlobal | flush::kPersistent)) != 0 || level > flush::kLevelMr)
+    return Verdict::invalid_request("FETH placement type or selectivity level undefined");
+  const Reth& reth = *p.reth;
+  if (reth.dma_length > kMaxMessage) return Verdict::invalid_request("DMA length above 2^31");
+  const std::optional<MrFacts> mr = flush_target(qp, reth, type, level);
+  if (!mr) return Verdict::access_error("R_Key, PD, FLUSH access or bounds check failed");
+  if (!dma_.place_writes(*mr)) return Verdict::operational_error("target memory unreachable", WcStatus::RemOpErr);
+  finish_placement(qp, p.bth.psn);
+  return Verdict::ok();
+}
+
+// The region a FLUSH applies to: the RETH's range, or (level MR) the whole region, whose
+// VA and length the request need not give (rxe: skip_check_range).
+std::optional<MrFacts> Engine::Impl::flush_target(const Qp& qp, const Reth& reth, std::uint8_t type,
+                                                  std::uint8_t level) const {
+  std::uint64_t va = reth.virtual_address;
+  std::uint64_t length = reth.dma_length;
+  if (level == flush::kLevelMr) {
+    const std::optional<MrFacts> whole = mrs_.find_rkey(reth.rkey);
+    if (!whole) return std::nullopt;
+    va = whole->base;
+    length = whole->length;
+  }
+  return check_remote(mrs_, qp.pd, qp.qpn, reth.rkey, flush_access(type), va, length);
+}
+
+// An executed FLUSH or ATOMIC_WRITE: one PSN, one message, remembered for its duplicates,
+// answered by an empty READ response.
+void Engine::Impl::finish_placement(Qp& qp, Psn psn) {
+  qp.resp.expected_psn = psn + 1;
+  qp.resp.msn = next(qp.resp.msn);
+  remember(qp, {psn, ReplayEntry::Kind::EmptyReadResponse, 0});
+  send_empty_read_response(qp, psn, false);
 }
 
 // The memory a READ names may be read by the peer: R_Key, PD, REMOTE_READ and bounds. A READ
 // of no bytes reads nothing and needs no key.
 bool Engine::Impl::remote_readable(const Qp& qp, const Reth& reth) const {
   return reth.dma_length == 0 ||
-         check_remote(mrs_, qp.pd, reth.rkey, access::kRemoteRead, reth.virtual_address, reth.dma_length).has_value();
+         check_remote(mrs_, qp.pd, qp.qpn, reth.rkey, access::kRemoteRead, reth.virtual_address, reth.dma_length).has_value();
 }
 
 // Answers a READ request (executed, or a duplicate of one executed before) with a stream of
@@ -410,7 +505,7 @@ Verdict Engine::Impl::step_read_stream(Qp& qp) {
   std::optional<MrFacts> mr;
   if (r.length > 0) {
     const std::uint64_t from = std::uint64_t{r.next} * mtu;
-    mr = check_remote(mrs_, qp.pd, r.rkey, access::kRemoteRead, r.va + from, r.length - from);
+    mr = check_remote(mrs_, qp.pd, qp.qpn, r.rkey, access::kRemoteRead, r.va + from, r.length - from);
     if (!mr) return Verdict::access_error("R_Key, PD, access or bounds check failed");
   }
   for (; r.next < end; ++r.next) {
@@ -495,6 +590,19 @@ void Engine::Impl::send_atomic_ack(Qp& qp, Psn psn, std::uint64_t original, bool
   answered(qp, psn);
 }
 
+// IBA 1.5 A19: the answer to a FLUSH or an ATOMIC_WRITE is an RDMA READ response ONLY with
+// an AETH and no data, at the request's PSN (rxe: send_read_response_ack).
+void Engine::Impl::send_empty_read_response(Qp& qp, Psn psn, bool duplicate) {
+  TransportPacket out;
+  out.bth.opcode = Opcode::RcReadResponseOnly;
+  out.bth.dest_qp = qp.attr.dest_qpn;
+  out.bth.psn = psn;
+  out.aeth = Aeth{ack_syndrome(), qp.resp.msn};
+  emit(qp, qp.attr.dest_ip, out, duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent,
+       "RDMA_READ_RESPONSE_ONLY (empty)");
+  answered(qp, psn);
+}
+
 void Engine::Impl::send_ack(Qp& qp, Psn psn, std::uint8_t syndrome, PacketDecision d, std::string_view why) {
   TransportPacket out;
   out.bth.opcode = Opcode::RcAck;
@@ -534,11 +642,11 @@ void Engine::Impl::remember(Qp& qp, ReplayEntry e) {
   s.replay_count = std::min(s.replay_count + 1, s.replay.size());
 }
 
-const ReplayEntry* Engine::Impl::recall(const Qp& qp, Psn psn) const {
+const ReplayEntry* Engine::Impl::recall(const Qp& qp, Psn psn, ReplayEntry::Kind kind) const {
   const Responder& s = qp.resp;
   for (std::size_t i = 0; i < s.replay_count; ++i) {
     const ReplayEntry& e = s.replay[i];
-    if (e.atomic && e.psn == psn) return &e;
+    if (e.kind == kind && e.psn == psn) return &e;
   }
   return nullptr;
 }

@@ -41,6 +41,19 @@ struct Sge {
   Lkey lkey{};
 };
 
+// IBV_WR_BIND_MW (ibv_post_send(3) bind_mw, ibv_bind_mw(3)): bind the window whose R_Key is
+// `mw_rkey` to [addr, addr + length) of the region `mr_lkey` names, with `access` rights
+// (IBV_ACCESS_* bits), and give it `new_rkey` (only its low 8 bits, the consumer-owned key
+// portion, count: IBA 10.6.7). length 0 unbinds a type 1 window.
+struct MwBind {
+  Rkey mw_rkey{};
+  Rkey new_rkey{};
+  Lkey mr_lkey{};
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+  std::uint32_t access = 0;
+};
+
 struct SendWr {
   std::uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::Send;
@@ -50,11 +63,18 @@ struct SendWr {
   // (the verbs layer puts them into the WQE); sg_list is then ignored.
   std::vector<std::uint8_t> inline_data;
   std::uint32_t imm_data = 0;           // as in ibv_send_wr: network byte order value
-  Rkey invalidate_rkey{};               // SendWithInv
+  Rkey invalidate_rkey{};               // SendWithInv, LocalInv
+  MwBind bind;                          // BindMw
   std::uint64_t remote_addr = 0;        // RDMA and atomic operations
   Rkey rkey{};
-  std::uint64_t compare_add = 0;        // CmpSwp: compare; FetchAdd: add
+  std::uint64_t compare_add = 0;        // CmpSwp: compare; FetchAdd: add; ATOMIC_WRITE: its
+                                        // 8 bytes as they lay in the poster's memory
   std::uint64_t swap = 0;               // CmpSwp: swap
+  // FLUSH (IBA 1.5 A19.4.1; ibv_wr_flush(3)): the RETH length, and the FETH's placement type
+  // (flush::kGlobal / kPersistent) and selectivity level (flush::kLevelRange / kLevelMr).
+  std::uint32_t flush_length = 0;
+  std::uint8_t flush_type = 0;
+  std::uint8_t flush_level = 0;
   // UD only: the address handle and the remote QP.
   stack::Ipv4Address ud_dest_ip{};
   Qpn ud_remote_qpn{};

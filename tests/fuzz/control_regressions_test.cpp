@@ -11,6 +11,7 @@
 
 #include "tests/fuzz/admin_json_properties.h"
 #include "tests/fuzz/credentials_properties.h"
+#include "tests/fuzz/interfaces_properties.h"
 #include "tests/fuzz/control_frame_properties.h"
 #include "tests/fuzz/nic_requests_properties.h"
 #include "tests/fuzz/ucma_properties.h"
@@ -63,6 +64,16 @@ TEST_CASE("Fuzz regressions: every kept /proc/PID/status text passes its propert
   REQUIRE(parsed);
   CHECK(parsed->uids[1] == ::geteuid());
   CHECK(parsed->gids[1] == ::getegid());
+}
+
+TEST_CASE("Fuzz regressions: every kept RRDMA_INTERFACES text passes its properties", "[fuzz][hostile]") {
+  WARN("replayed " << replay(kRegressions / "interfaces", check_interfaces) << " interfaces regressions");
+  // The seed run-fuzz.sh starts from, and texts at the edges: every property holds.
+  for (const std::string text : {"rv0=10.66.0.10/24;rv_1.b-2=192.168.7.1/32", "", ";;;", "a=0.0.0.0/32",
+                                 "0123456789abcde=255.255.255.255/1", "x=1.2.3.4/24;x=1.2.3.4/24"}) {
+    INFO(text);
+    CHECK(check_interfaces(rrdma::ByteSpan(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())) == nullptr);
+  }
 }
 
 TEST_CASE("Fuzz regressions: every kept Nic request script passes its properties", "[fuzz][hostile]") {
@@ -124,7 +135,8 @@ TEST_CASE("Fuzz seeds: the control targets' seeds are accepted requests", "[fuzz
   CHECK(run_nic_script(longest, nic, &tally) == nullptr);
   using verbs::control::MessageType;
   for (MessageType type : {MessageType::OpenDevice, MessageType::QueryDevice, MessageType::QueryPort, MessageType::QueryGid,
-                           MessageType::AllocPd, MessageType::RegMr, MessageType::CreateCq, MessageType::CreateSrq,
+                           MessageType::AllocPd, MessageType::RegMr, MessageType::AllocMw, MessageType::DeallocMw,
+                           MessageType::CreateCq, MessageType::CreateSrq,
                            MessageType::CreateQp, MessageType::QueryQp, MessageType::CreateAh, MessageType::ResizeCq,
                            MessageType::DestroyQp, MessageType::DestroySrq, MessageType::DeregMr, MessageType::DestroyCq,
                            MessageType::DestroyAh, MessageType::DeallocPd}) {

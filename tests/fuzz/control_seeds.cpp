@@ -57,29 +57,31 @@ Word raw(std::uint64_t v) {
 void scripts(const std::string& dir) {
   using control::MessageType;
   // The earlier replies' words, in order (word 0 is seen[0] = 0): 1 context, 2 node GUID,
-  // 3 PD, 4 MR handle, 5 L_Key, 6 R_Key, 7 CQ, 8 SRQ, 9 QP, 10 QPN, 11 AH; the queries
-  // come after, so that their many words do not move these.
+  // 3 PD, 4 MR handle, 5 L_Key, 6 R_Key, 7 memory window handle, 8 its R_Key, 9 CQ, 10 SRQ,
+  // 11 QP, 12 QPN, 13 AH; the queries come after, so that their many words do not move these.
   const Word peer_gid_low = raw(0x0000FFFF0A420002);  // ::ffff:10.66.0.2
   const std::vector<Step> full = {
       {MessageType::OpenDevice, {small(control::kVersion), small(0)}, 3},
       {MessageType::AllocPd, {earlier(1)}},
-      {MessageType::RegMr, {earlier(3), small(16), small(32), small(7)}},
+      {MessageType::RegMr, {earlier(3), small(16), small(32), small(7), small(16)}},
+      {MessageType::AllocMw, {earlier(3), small(2)}},
       {MessageType::CreateCq, {earlier(1), small(16), small(0)}, 2},
       {MessageType::CreateSrq, {earlier(3), small(16), small(2), small(4), small(0)}, 2},
-      {MessageType::CreateQp, {earlier(3), small(2), earlier(7), earlier(7), small(0), small(16), small(16), small(2),
+      {MessageType::CreateQp, {earlier(3), small(2), earlier(9), earlier(9), small(0), small(16), small(16), small(2),
                                small(2), small(32), small(0), small(0)}, 3},
       {MessageType::CreateAh, {earlier(3), small(0), peer_gid_low, small(0), small(1), small(0), small(0), small(1)}},
-      {MessageType::ResizeCq, {earlier(7), small(32), small(0)}, 1},
-      {MessageType::ModifyQp, {earlier(9), small(1), small(1)}},  // to INIT without port, P_Key, access: refused
-      {MessageType::QueryQp, {earlier(9), small(1)}},
+      {MessageType::ResizeCq, {earlier(9), small(32), small(0)}, 1},
+      {MessageType::ModifyQp, {earlier(11), small(1), small(1)}},  // to INIT without port, P_Key, access: refused
+      {MessageType::QueryQp, {earlier(11), small(1)}},
       {MessageType::QueryDevice, {earlier(1)}},
       {MessageType::QueryPort, {earlier(1), small(1)}},
       {MessageType::QueryGid, {earlier(1), small(1), small(0)}},
-      {MessageType::DestroyQp, {earlier(9)}},
-      {MessageType::DestroySrq, {earlier(8)}},
+      {MessageType::DestroyQp, {earlier(11)}},
+      {MessageType::DestroySrq, {earlier(10)}},
+      {MessageType::DeallocMw, {earlier(7)}},
       {MessageType::DeregMr, {earlier(4)}},
-      {MessageType::DestroyCq, {earlier(7)}},
-      {MessageType::DestroyAh, {earlier(11)}},
+      {MessageType::DestroyCq, {earlier(9)}},
+      {MessageType::DestroyAh, {earlier(13)}},
       {MessageType::DeallocPd, {earlier(3)}},
   };
   std::vector<std::uint8_t> bytes;

@@ -12,6 +12,8 @@
 #                       as Linux sends it, from tests/rocev2/cm_samples.h)
 #   fuzz_ucma           scripts of ucma commands (and MADs between two CMs) to the daemon's
 #                       rdma_cm device (UcmaService::handle), and the ucma frame codec
+#   fuzz_interfaces     RRDMA_INTERFACES, the program's own environment, as the shim's
+#                       getifaddrs parses it (verbs/app/ucma/interfaces.h)
 # Each also starts from what regressions/<target>/ holds. Any crash, sanitizer report,
 # failed property, leak, timeout (10 s per input) or out-of-memory (2 GiB) fails the run; the
 # input that did it is kept under BUILD/fuzz/artifacts/<target>/ and the script prints how to
@@ -30,7 +32,7 @@ root=$(cd "$here/../.." && pwd)
 build=${RRDMA_FUZZ_BUILD:-$root/build-fuzz}
 jobs=${RRDMA_FUZZ_JOBS:-1}
 targets=("$@")
-(( ${#targets[@]} )) || targets=(frame admin_json control_frame nic_requests credentials cm_mad ucma)
+(( ${#targets[@]} )) || targets=(frame admin_json control_frame nic_requests credentials cm_mad ucma interfaces)
 
 started=$(date +%s)
 CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -49,6 +51,7 @@ printf '%b' '\xe4\x1d\x2d\xab\x2b\xc2\x7c\xfe\x90\x64\x3b\x32\x08\x00\x45\xc2\x0
 "$build/tests/fuzz/fuzz_control_seeds" "$work/seeds"
 # A real /proc/PID/status, as the daemon reads it.
 mkdir -p "$work/seeds/credentials" && cat /proc/self/status >"$work/seeds/credentials/status.txt"
+mkdir -p "$work/seeds/interfaces" && printf 'rv0=10.66.0.10/24;rv_1.b-2=192.168.7.1/32' >"$work/seeds/interfaces/two.txt"
 "$build/tests/fuzz/fuzz_cm_seeds" "$work/seeds"
 # The rdma_cm scripts start from the two kept in regressions/ucma (an rping and a udaddy exchange).
 mkdir -p "$work/seeds/ucma"

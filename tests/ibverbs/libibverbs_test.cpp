@@ -7,7 +7,9 @@
 
 #include <infiniband/verbs.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -77,6 +79,29 @@ class FakeVnic {
 
   static constexpr std::uint64_t kNodeGuid = 0x0252'44ff'fe01'0203;  // from MAC 00:52:44:01:02:03
 
+  // The last request of a type the fake received.
+  control::Message last(MessageType type) {
+    std::lock_guard lock(mutex_);
+    return last_.at(type);
+  }
+  // Queues an asynchronous event in the last opened context's event ring, as the daemon does.
+  void push_event(ibv_event_type type, std::uint64_t element) {
+    std::uint32_t context = 0;
+    {
+      std::lock_guard lock(mutex_);
+      context = context_handle_;
+    }
+    RingProducer producer(region(context), geometry(context));
+    REQUIRE(producer.try_push_value(AsyncEventEntry{static_cast<std::uint32_t>(type), 0, element}) ==
+            PushResult::Pushed);
+    producer.publish();
+  }
+  // The next request of this type is answered with this status.
+  void refuse_next(MessageType type, int error) {
+    std::lock_guard lock(mutex_);
+    refusals_[type] = error;
+  }
+
  private:
   void accept_loop() {
     for (;;) {
@@ -105,7 +130,13 @@ class FakeVnic {
 
   control::Message answer(const control::Message& request, control::ReceivedFds& fds) {
     const MessageType type = request.type();
+    last_[type] = request;
     control::Message reply = control::make_reply(type, request.request_id, 0);
+    if (auto refusal = refusals_.find(type); refusal != refusals_.end()) {
+      reply.words[0] = static_cast<std::uint64_t>(refusal->second);
+      refusals_.erase(refusal);
+      return reply;
+    }
     const std::uint32_t handle = ++next_handle_;
     const auto& w = request.words;
     const auto capacity = [](std::uint64_t entries) {
@@ -113,6 +144,7 @@ class FakeVnic {
     };
     switch (type) {
       case MessageType::OpenDevice:
+        context_handle_ = handle;
         adopt(handle, 0, fds.release(0), client::event_ring_geometry());
         owned_fds_.push_back(fds.release(1));
         reply.words[field::kContextHandle] = handle;
@@ -124,6 +156,7 @@ class FakeVnic {
         reply.words[field::kMaxSge] = 16;
         reply.words[field::kMaxCqe] = 4096;
         reply.words[field::kAtomicCap] = IBV_ATOMIC_HCA;
+        reply.words[field::kMaxMw] = 77;
         break;
       case MessageType::QueryPort:
         reply.words[field::kState] = IBV_PORT_ACTIVE;
@@ -158,7 +191,15 @@ class FakeVnic {
         reply.words[field::kMrLkey] = 0x1000 + handle;
         reply.words[field::kMrRkey] = 0x2000 + handle;
         break;
+      case MessageType::ReregMr:  // new keys, to see that the library takes the daemon's
+        reply.words[field::kReregLkey] = 0x3000 + w[field::kReregMr];
+        reply.words[field::kReregRkey] = 0x4000 + w[field::kReregMr];
+        break;
       case MessageType::ModifyQp:
+        break;
+      case MessageType::AllocMw:
+        reply.words[field::kMwHandle] = handle << 8;
+        reply.words[field::kMwRkey] = (handle << 8) | 0x40;
         break;
       default:
         if (reply.words.size() > field::kHandle) reply.words[field::kHandle] = handle;
@@ -177,6 +218,9 @@ class FakeVnic {
   std::map<std::pair<std::uint32_t, int>, SharedRegion> regions_;
   std::map<std::pair<std::uint32_t, int>, RingGeometry> geometries_;
   std::uint32_t next_handle_ = 0;
+  std::uint32_t context_handle_ = 0;
+  std::map<MessageType, control::Message> last_;
+  std::map<MessageType, int> refusals_;
 };
 
 // The device list, the first device opened.
@@ -265,6 +309,11 @@ TEST_CASE("ibverbs: a vnic is a RoCE CA device and RRDMA_DEVICES filters", "[ibv
   CHECK(ibv_get_device_index(list[0]) >= 0);
   // The GUID in network byte order, as ibv_devices prints it with be64toh().
   CHECK(be64toh(ibv_get_device_guid(list[0])) == FakeVnic::kNodeGuid);
+  // rdma-core's paths (the sysfs view of `rrdma-vnic exec` holds them; this test has none,
+  // so the uverbs number is the device's own index).
+  CHECK(std::string(list[0]->ibdev_path) == "/sys/class/infiniband/fake0");
+  CHECK(std::string(list[0]->dev_path).starts_with("/sys/class/infiniband_verbs/uverbs"));
+  CHECK(std::string(list[0]->dev_path).ends_with(list[0]->dev_name));
   ibv_free_device_list(list);
 
   ::setenv("RRDMA_DEVICES", "other,another", 1);
@@ -415,7 +464,7 @@ TEST_CASE("ibverbs: ibv_post_send lands in the SQ ring and bad_wr names the refu
     CHECK(std::memcmp(send.inline_data, text, sizeof text) == 0);
 
     ibv_wr_start(qpx);
-    ibv_wr_local_inv(qpx, 1);  // not supported: the whole batch is refused
+    ibv_wr_send_tso(qpx, nullptr, 0, 0);  // not supported: the whole batch is refused
     CHECK(ibv_wr_complete(qpx) == EOPNOTSUPP);
     CHECK(sq.try_pop_value(none) == PopResult::Empty);
   }
@@ -452,6 +501,55 @@ TEST_CASE("ibverbs: ibv_post_send lands in the SQ ring and bad_wr names the refu
   CHECK(ibv_dealloc_pd(pd) == 0);
 }
 
+// The kernel drops the queued events of an object as it is destroyed; so do we: an event the
+// daemon queued just before the destroy never reaches the program with a NULL element (UCX
+// 1.13 dereferences element.qp of a QP event).
+TEST_CASE("ibverbs: an async event of a destroyed QP or CQ is dropped", "[ibverbs]") {
+  FakeVnic vnic;
+  Opened opened;
+  ibv_pd* pd = ibv_alloc_pd(opened.context);
+  REQUIRE(pd != nullptr);
+  ibv_cq* cq = ibv_create_cq(opened.context, 16, nullptr, nullptr, 0);
+  ibv_cq* gone_cq = ibv_create_cq(opened.context, 16, nullptr, nullptr, 0);
+  REQUIRE(cq != nullptr);
+  REQUIRE(gone_cq != nullptr);
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap = {8, 8, 1, 1, 0};
+  ibv_qp* live = ibv_create_qp(pd, &init);
+  ibv_qp* gone = ibv_create_qp(pd, &init);
+  REQUIRE(live != nullptr);
+  REQUIRE(gone != nullptr);
+  const std::uint32_t gone_handle = gone->handle;
+  const std::uint32_t gone_cq_handle = gone_cq->handle;
+
+  vnic.push_event(IBV_EVENT_QP_LAST_WQE_REACHED, gone_handle);
+  vnic.push_event(IBV_EVENT_CQ_ERR, gone_cq_handle);
+  vnic.push_event(IBV_EVENT_COMM_EST, live->handle);
+  REQUIRE(ibv_destroy_qp(gone) == 0);
+  REQUIRE(ibv_destroy_cq(gone_cq) == 0);
+
+  ibv_async_event event{};
+  REQUIRE(ibv_get_async_event(opened.context, &event) == 0);
+  CHECK(event.event_type == IBV_EVENT_COMM_EST);
+  CHECK(event.element.qp == live);
+  ibv_ack_async_event(&event);
+
+  // Non-blocking, with only a stale event queued: nothing to read.
+  vnic.push_event(IBV_EVENT_QP_FATAL, gone_handle);
+  const int flags = ::fcntl(opened.context->async_fd, F_GETFL);
+  REQUIRE(::fcntl(opened.context->async_fd, F_SETFL, flags | O_NONBLOCK) == 0);
+  errno = 0;
+  CHECK(ibv_get_async_event(opened.context, &event) == -1);
+  CHECK(errno == EAGAIN);
+
+  CHECK(ibv_destroy_qp(live) == 0);
+  CHECK(ibv_destroy_cq(cq) == 0);
+  CHECK(ibv_dealloc_pd(pd) == 0);
+}
+
 TEST_CASE("ibverbs: what a vnic cannot do fails with EOPNOTSUPP", "[ibverbs]") {
   FakeVnic vnic;
   Opened opened;
@@ -459,11 +557,8 @@ TEST_CASE("ibverbs: what a vnic cannot do fails with EOPNOTSUPP", "[ibverbs]") {
   REQUIRE(pd != nullptr);
   std::vector<std::uint8_t> buffer(64);
 
-  errno = 0;
-  CHECK(ibv_reg_mr_iova(pd, buffer.data(), buffer.size(), 0x1000, IBV_ACCESS_LOCAL_WRITE) == nullptr);
-  CHECK(errno == EOPNOTSUPP);
-  errno = 0;
-  CHECK(ibv_reg_mr(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND) == nullptr);
+  errno = 0;  // rxe refuses HUGETLB too (RXE_ACCESS_SUPPORTED_MR)
+  CHECK(ibv_reg_mr(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_HUGETLB) == nullptr);
   CHECK(errno == EOPNOTSUPP);
   ibv_mr* relaxed = ibv_reg_mr(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
   CHECK(relaxed != nullptr);  // an optional hint, ignored
@@ -471,8 +566,15 @@ TEST_CASE("ibverbs: what a vnic cannot do fails with EOPNOTSUPP", "[ibverbs]") {
   errno = 0;
   CHECK(ibv_reg_dmabuf_mr(pd, 0, 64, 0, 3, IBV_ACCESS_LOCAL_WRITE) == nullptr);
   CHECK(errno == EOPNOTSUPP);
-  CHECK(ibv_import_device(3) == nullptr);
+  errno = 0;
+  CHECK(ibv_import_device(opened.context->cmd_fd) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  errno = 0;
   CHECK(ibv_import_pd(opened.context, 1) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  errno = 0;
+  CHECK(ibv_import_mr(pd, 1) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
   CHECK(ibv_rereg_mr(nullptr, 0, nullptr, nullptr, 0, 0) == IBV_REREG_MR_ERR_INPUT);
 
   ibv_cq_init_attr_ex cq_attr{};
@@ -555,4 +657,417 @@ TEST_CASE("ibverbs: every status and event text is the one Debian's libibverbs g
     CHECK(std::string(ibv_event_type_str(event)) == real_event(event));
   }
   dlclose(real);
+}
+
+TEST_CASE("ibverbs: MRs by IOVA, on-demand and implicit on-demand reach the daemon as asked", "[ibverbs][mr]") {
+  FakeVnic vnic;
+  Opened opened;
+  ibv_pd* pd = ibv_alloc_pd(opened.context);
+  REQUIRE(pd != nullptr);
+  std::vector<std::uint8_t> buffer(8192);
+  const auto address = reinterpret_cast<std::uintptr_t>(buffer.data());
+  constexpr int kRights = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+  // ibv_reg_mr: the IOVA is the address.
+  ibv_mr* plain = ibv_reg_mr(pd, buffer.data(), buffer.size(), kRights);
+  REQUIRE(plain != nullptr);
+  CHECK(vnic.last(MessageType::RegMr).words[field::kMrIova] == address);
+
+  // ibv_reg_mr_iova (verbs.h: ibv_reg_mr_iova2) names the IOVA the daemon translates.
+  const std::uint64_t iova = 0x7700'0000'0000 + (address & 0xFFF);
+  ibv_mr* by_iova = ibv_reg_mr_iova(pd, buffer.data(), buffer.size(), iova, kRights);
+  REQUIRE(by_iova != nullptr);
+  control::Message reg = vnic.last(MessageType::RegMr);
+  CHECK(reg.words[field::kMrAddress] == address);
+  CHECK(reg.words[field::kMrLength] == buffer.size());
+  CHECK(reg.words[field::kMrIova] == iova);
+  CHECK(by_iova->addr == buffer.data());  // ibv_mr.addr stays the process address
+  CHECK(by_iova->lkey == 0x1000 + by_iova->handle);
+
+  // Explicit and implicit on-demand paging (ibv_reg_mr(3): addr 0, length SIZE_MAX).
+  ibv_mr* odp = ibv_reg_mr(pd, buffer.data(), buffer.size(), kRights | IBV_ACCESS_ON_DEMAND);
+  REQUIRE(odp != nullptr);
+  CHECK(vnic.last(MessageType::RegMr).words[field::kMrAccess] == (kRights | IBV_ACCESS_ON_DEMAND));
+  ibv_mr* implicit = ibv_reg_mr(pd, nullptr, SIZE_MAX, kRights | IBV_ACCESS_ON_DEMAND);
+  REQUIRE(implicit != nullptr);
+  reg = vnic.last(MessageType::RegMr);
+  CHECK(reg.words[field::kMrAddress] == 0);
+  CHECK(reg.words[field::kMrLength] == SIZE_MAX);
+  CHECK(reg.words[field::kMrIova] == 0);
+  CHECK(implicit->length == SIZE_MAX);
+
+  // The daemon's refusal is the call's.
+  vnic.refuse_next(MessageType::RegMr, EINVAL);
+  errno = 0;
+  CHECK(ibv_reg_mr_iova(pd, buffer.data(), buffer.size(), iova + 1, kRights) == nullptr);
+  CHECK(errno == EINVAL);
+
+  for (ibv_mr* mr : {plain, by_iova, odp, implicit}) CHECK(ibv_dereg_mr(mr) == 0);
+  CHECK(ibv_dealloc_pd(pd) == 0);
+}
+
+TEST_CASE("ibverbs: ibv_rereg_mr returns ibv_rereg_mr(3)'s codes and takes the daemon's keys", "[ibverbs][mr]") {
+  FakeVnic vnic;
+  Opened opened;
+  Opened other;
+  ibv_pd* pd = ibv_alloc_pd(opened.context);
+  ibv_pd* pd2 = ibv_alloc_pd(opened.context);
+  ibv_pd* foreign = ibv_alloc_pd(other.context);
+  REQUIRE((pd != nullptr && pd2 != nullptr && foreign != nullptr));
+  std::vector<std::uint8_t> first(4096), second(8192);
+  ibv_mr* mr = ibv_reg_mr(pd, first.data(), first.size(), IBV_ACCESS_LOCAL_WRITE);
+  REQUIRE(mr != nullptr);
+  const std::uint32_t handle = mr->handle;
+
+  // Input errors libibverbs itself detects: the MR is untouched.
+  const auto input_error = [&](int flags, ibv_pd* to, void* addr, size_t length) {
+    errno = 0;
+    const int result = ibv_rereg_mr(mr, flags, to, addr, length, 0);
+    return result == IBV_REREG_MR_ERR_INPUT && errno == EINVAL;
+  };
+  CHECK(input_error(IBV_REREG_MR_FLAGS_SUPPORTED + 1, nullptr, nullptr, 0));
+  CHECK(input_error(IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, nullptr, 64));
+  CHECK(input_error(IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, second.data(), 0));
+  CHECK(input_error(IBV_REREG_MR_CHANGE_PD, nullptr, nullptr, 0));
+  CHECK(input_error(IBV_REREG_MR_CHANGE_PD, foreign, nullptr, 0));
+  CHECK(mr->pd == pd);
+  CHECK(mr->addr == first.data());
+
+  // All three changes at once: the request carries them, the MR shows them and the keys the
+  // daemon answered.
+  REQUIRE(ibv_rereg_mr(mr, IBV_REREG_MR_FLAGS_SUPPORTED, pd2, second.data(), second.size(),
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_RELAXED_ORDERING) == 0);
+  const control::Message rereg = vnic.last(MessageType::ReregMr);
+  CHECK(rereg.words[field::kReregMr] == handle);
+  CHECK(rereg.words[field::kReregFlags] == IBV_REREG_MR_FLAGS_SUPPORTED);
+  CHECK(rereg.words[field::kReregPd] == pd2->handle);
+  CHECK(rereg.words[field::kReregAddress] == reinterpret_cast<std::uintptr_t>(second.data()));
+  CHECK(rereg.words[field::kReregLength] == second.size());
+  CHECK(rereg.words[field::kReregAccess] == (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));  // hint dropped
+  CHECK(mr->pd == pd2);
+  CHECK(mr->addr == second.data());
+  CHECK(mr->length == second.size());
+  CHECK(mr->lkey == 0x3000 + handle);
+  CHECK(mr->rkey == 0x4000 + handle);
+
+  // Command errors: IBV_REREG_MR_ERR_CMD with errno the reason.
+  errno = 0;
+  CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_HUGETLB) == IBV_REREG_MR_ERR_CMD);
+  CHECK(errno == EOPNOTSUPP);
+  vnic.refuse_next(MessageType::ReregMr, EINVAL);
+  errno = 0;
+  CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, nullptr, 0, 0) == IBV_REREG_MR_ERR_CMD);
+  CHECK(errno == EINVAL);
+  CHECK(mr->pd == pd2);
+
+  CHECK(ibv_dereg_mr(mr) == 0);
+  for (ibv_pd* p : {pd, pd2, foreign}) CHECK(ibv_dealloc_pd(p) == 0);
+}
+
+TEST_CASE("ibverbs: ibv_advise_mr prefetches on-demand regions and refuses as its man page says", "[ibverbs][mr]") {
+  FakeVnic vnic;
+  Opened opened;
+  ibv_pd* pd = ibv_alloc_pd(opened.context);
+  ibv_pd* pd2 = ibv_alloc_pd(opened.context);
+  REQUIRE((pd != nullptr && pd2 != nullptr));
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  constexpr std::size_t kPages = 16;
+  auto* untouched = static_cast<std::uint8_t*>(
+      ::mmap(nullptr, kPages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(untouched != MAP_FAILED);
+  const auto resident = [&](std::size_t first, std::size_t count) {
+    std::vector<unsigned char> in_core(kPages);
+    REQUIRE(::mincore(untouched, kPages * page, in_core.data()) == 0);
+    std::size_t n = 0;
+    for (std::size_t i = first; i < first + count; ++i) n += in_core[i] & 1;
+    return n;
+  };
+  constexpr int kOdp = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND;
+  // Known by an IOVA: the SGEs of ibv_advise_mr address the region as every SGE does.
+  const std::uint64_t iova = 0x5500'0000'0000;
+  ibv_mr* odp = ibv_reg_mr_iova(pd, untouched, kPages * page, iova, kOdp);
+  ibv_mr* read_only = ibv_reg_mr(pd, untouched, kPages * page, IBV_ACCESS_ON_DEMAND);
+  std::vector<std::uint8_t> ordinary_buffer(64);
+  ibv_mr* ordinary = ibv_reg_mr(pd, ordinary_buffer.data(), ordinary_buffer.size(), IBV_ACCESS_LOCAL_WRITE);
+  REQUIRE((odp != nullptr && read_only != nullptr && ordinary != nullptr));
+  CHECK(resident(0, kPages) == 0);
+
+  ibv_sge sge{iova + 2 * page, static_cast<std::uint32_t>(4 * page), odp->lkey};
+  REQUIRE(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1) == 0);
+  CHECK(resident(2, 4) == 4);
+  CHECK(resident(0, 2) + resident(6, kPages - 6) == 0);
+  sge.addr = iova + 8 * page;
+  sge.length = static_cast<std::uint32_t>(page);
+  REQUIRE(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1) == 0);
+  CHECK(resident(8, 1) == 1);
+  sge.addr = iova + 12 * page;
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, 0, &sge, 1) == 0);
+  CHECK(resident(12, 1) == 0);  // "without faulting"
+
+  sge.addr = iova;
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 1u << 5, &sge, 1) == EINVAL);   // flags
+  CHECK(ibv_advise_mr(pd, static_cast<ibv_advise_mr_advice>(3), 0, &sge, 1) == EOPNOTSUPP);
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 0) == EINVAL);
+  CHECK(ibv_advise_mr(pd2, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1) == ENOENT);       // another PD's
+  ibv_sge unknown{iova, 64, odp->lkey ^ 0x8000'0000u};
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &unknown, 1) == ENOENT);
+  ibv_sge not_odp{reinterpret_cast<std::uintptr_t>(ordinary_buffer.data()), 64, ordinary->lkey};
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &not_odp, 1) == EINVAL);
+  ibv_sge beyond{iova + (kPages - 1) * page, static_cast<std::uint32_t>(page + 1), odp->lkey};
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &beyond, 1) == EFAULT);
+  ibv_sge before{iova - 1, 2, odp->lkey};
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &before, 1) == EFAULT);
+  ibv_sge no_write{reinterpret_cast<std::uintptr_t>(untouched), 64, read_only->lkey};
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0, &no_write, 1) == EPERM);
+  // A hole in the process's address space.
+  REQUIRE(::munmap(untouched + 14 * page, page) == 0);
+  ibv_sge hole{iova + 13 * page, static_cast<std::uint32_t>(2 * page), odp->lkey};
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &hole, 1) == EFAULT);
+  // An implicit region reaches the top of the address space, which no process maps.
+  ibv_mr* implicit = ibv_reg_mr(pd, nullptr, SIZE_MAX, kOdp);
+  REQUIRE(implicit != nullptr);
+  ibv_sge top{UINT64_MAX - 4096, 4096, implicit->lkey};
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &top, 1) == EFAULT);
+  CHECK(ibv_dereg_mr(implicit) == 0);
+  // After deregistration the key names nothing.
+  const std::uint32_t old_lkey = odp->lkey;
+  REQUIRE(ibv_dereg_mr(odp) == 0);
+  ibv_sge stale{iova, 64, old_lkey};
+  CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &stale, 1) == ENOENT);
+
+  CHECK(ibv_dereg_mr(read_only) == 0);
+  CHECK(ibv_dereg_mr(ordinary) == 0);
+  ::munmap(untouched, kPages * page);
+  CHECK(ibv_dealloc_pd(pd) == 0);
+  CHECK(ibv_dealloc_pd(pd2) == 0);
+}
+
+TEST_CASE("ibverbs: ibv_query_device_ex reports on-demand paging", "[ibverbs][mr]") {
+  FakeVnic vnic;
+  Opened opened;
+  ibv_device_attr_ex attr{};
+  REQUIRE(ibv_query_device_ex(opened.context, nullptr, &attr) == 0);
+  CHECK(attr.odp_caps.general_caps == (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT));
+  constexpr std::uint32_t kUd = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+  CHECK(attr.odp_caps.per_transport_caps.ud_odp_caps == kUd);
+  CHECK(attr.odp_caps.per_transport_caps.uc_odp_caps == (kUd | IBV_ODP_SUPPORT_WRITE));
+  CHECK(attr.odp_caps.per_transport_caps.rc_odp_caps == (kUd | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                                                         IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV));
+  CHECK(attr.xrc_odp_caps == 0);
+}
+
+TEST_CASE("ibverbs: the command fd is a real descriptor a program may poll or close", "[ibverbs]") {
+  FakeVnic vnic;
+  int count = 0;
+  ibv_device** list = ibv_get_device_list(&count);
+  REQUIRE(count == 1);
+  ibv_context* context = ibv_open_device(list[0]);
+  REQUIRE(context != nullptr);
+  const int cmd_fd = context->cmd_fd;
+  REQUIRE(cmd_fd >= 0);
+  CHECK((::fcntl(cmd_fd, F_GETFD) & FD_CLOEXEC) != 0);
+  pollfd p{cmd_fd, POLLIN, 0};
+  CHECK(::poll(&p, 1, 0) >= 0);  // answers at once, never blocks the program
+  char byte = 0;
+  CHECK(::read(cmd_fd, &byte, 1) == 0);
+  errno = 0;
+  CHECK(ibv_import_device(cmd_fd) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+
+  // The program closes it and the number goes to one of its own files: closing the device
+  // must leave that file alone, and the context keeps working meanwhile.
+  REQUIRE(::close(cmd_fd) == 0);
+  const int reused = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  REQUIRE(reused >= 0);
+  ibv_pd* pd = ibv_alloc_pd(context);
+  REQUIRE(pd != nullptr);
+  CHECK(ibv_dealloc_pd(pd) == 0);
+  CHECK(ibv_close_device(context) == 0);
+  CHECK(::fcntl(reused, F_GETFD) >= 0);
+  ::close(reused);
+
+  // Left open, it is closed with the device.
+  context = ibv_open_device(list[0]);
+  REQUIRE(context != nullptr);
+  const int second = context->cmd_fd;
+  REQUIRE(second >= 0);
+  CHECK(ibv_close_device(context) == 0);
+  CHECK(::fcntl(second, F_GETFD) == -1);
+  ibv_free_device_list(list);
+}
+
+TEST_CASE("ibverbs: ibv_create_qp_ex takes what rxe takes, for RC, UC and UD", "[ibverbs][qp]") {
+  FakeVnic vnic;
+  Opened opened;
+  ibv_pd* pd = ibv_alloc_pd(opened.context);
+  ibv_cq* cq = ibv_create_cq(opened.context, 8, nullptr, nullptr, 0);
+  REQUIRE((pd != nullptr && cq != nullptr));
+  const auto attributes = [&](ibv_qp_type type, std::uint32_t mask) {
+    ibv_qp_init_attr_ex attr{};
+    attr.send_cq = cq;
+    attr.recv_cq = cq;
+    attr.qp_type = type;
+    attr.cap = {4, 4, 1, 1, 0};
+    attr.comp_mask = mask;
+    attr.pd = pd;
+    return attr;
+  };
+  // 0 when created (and destroyed again), else errno.
+  const auto create = [&](ibv_qp_init_attr_ex attr) {
+    errno = 0;
+    ibv_qp* qp = ibv_create_qp_ex(opened.context, &attr);
+    if (qp == nullptr) return errno;
+    CHECK(qp->qp_type == attr.qp_type);
+    CHECK(ibv_destroy_qp(qp) == 0);
+    return 0;
+  };
+  constexpr std::uint64_t kSends = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  constexpr std::uint64_t kWrites = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+  constexpr std::uint64_t kRcOnly = IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                                    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+  for (const ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD}) {
+    INFO("qp type " << type);
+    CHECK(create(attributes(type, IBV_QP_INIT_ATTR_PD)) == 0);
+    ibv_qp_init_attr_ex attr = attributes(type, IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS);
+    CHECK(create(attr) == 0);  // no flags: rxe's kernel takes that
+    attr.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+    CHECK(create(attr) == EOPNOTSUPP);
+    attr = attributes(type, IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+    attr.send_ops_flags = kSends;
+    CHECK(create(attr) == 0);
+    attr.send_ops_flags = kSends | kWrites;
+    CHECK(create(attr) == (type == IBV_QPT_UD ? EOPNOTSUPP : 0));
+    attr.send_ops_flags = kSends | kWrites | kRcOnly;
+    CHECK(create(attr) == (type == IBV_QPT_RC ? 0 : EOPNOTSUPP));
+    attr.send_ops_flags = IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;  // RC and UC, as rxe
+    CHECK(create(attr) == (type == IBV_QPT_UD ? EOPNOTSUPP : 0));
+    attr.send_ops_flags = IBV_QP_EX_WITH_TSO;
+    CHECK(create(attr) == EOPNOTSUPP);
+    attr = attributes(type, IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER);
+    attr.max_tso_header = 64;
+    CHECK(create(attr) == EOPNOTSUPP);
+    CHECK(create(attributes(type, IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD)) == EOPNOTSUPP);
+    CHECK(create(attributes(type, IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_RX_HASH)) == EOPNOTSUPP);
+    CHECK(create(attributes(type, 0)) == EINVAL);  // no PD
+  }
+  CHECK(create(attributes(IBV_QPT_RAW_PACKET, IBV_QP_INIT_ATTR_PD)) == EOPNOTSUPP);
+  CHECK(create(attributes(IBV_QPT_XRC_SEND, IBV_QP_INIT_ATTR_PD)) == EOPNOTSUPP);
+  CHECK(ibv_destroy_cq(cq) == 0);
+  CHECK(ibv_dealloc_pd(pd) == 0);
+}
+
+TEST_CASE("ibverbs: memory windows: alloc, ibv_bind_mw, BIND_MW and LOCAL_INV WQEs, dealloc", "[ibverbs][mw]") {
+  FakeVnic vnic;
+  Opened opened;
+  ibv_device_attr device{};
+  REQUIRE(ibv_query_device(opened.context, &device) == 0);
+  CHECK(device.max_mw == 77);
+  ibv_pd* pd = ibv_alloc_pd(opened.context);
+  REQUIRE(pd != nullptr);
+  std::vector<std::uint8_t> buffer(4096);
+  ibv_mr* mr = ibv_reg_mr(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  REQUIRE(mr != nullptr);
+  CHECK(vnic.last(MessageType::RegMr).words[field::kMrAccess] == (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND));
+  ibv_cq* cq = ibv_create_cq(opened.context, 16, nullptr, nullptr, 0);
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap = {8, 8, 1, 1, 0};
+  ibv_qp* qp = ibv_create_qp(pd, &init);
+  REQUIRE(qp != nullptr);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  REQUIRE(ibv_modify_qp(qp, &attr, IBV_QP_STATE) == 0);
+  attr.qp_state = IBV_QPS_RTS;  // the fake accepts anything
+  REQUIRE(ibv_modify_qp(qp, &attr, IBV_QP_STATE) == 0);
+  RingConsumer sq(vnic.region(qp->handle), vnic.geometry(qp->handle));
+
+  ibv_mw* one = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+  REQUIRE(one != nullptr);
+  CHECK(vnic.last(MessageType::AllocMw).words[field::kMwPd] == pd->handle);
+  CHECK(vnic.last(MessageType::AllocMw).words[field::kMwType] == IBV_MW_TYPE_1);
+  CHECK(one->type == IBV_MW_TYPE_1);
+  CHECK(one->pd == pd);
+  CHECK(one->rkey == (one->handle | 0x40));
+  ibv_mw* two = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+  REQUIRE(two != nullptr);
+
+  // ibv_bind_mw: a BIND_MW WQE with the next key; mw->rkey takes it at once.
+  const std::uint32_t first_key = one->rkey;
+  ibv_mw_bind bind{};
+  bind.wr_id = 11;
+  bind.send_flags = IBV_SEND_SIGNALED;
+  bind.bind_info = {mr, reinterpret_cast<std::uintptr_t>(buffer.data()) + 64, 512, IBV_ACCESS_REMOTE_READ};
+  REQUIRE(ibv_bind_mw(qp, one, &bind) == 0);
+  CHECK(one->rkey == ibv_inc_rkey(first_key));
+  SendWqe wqe = consume_send_wqe(vnic, qp->handle, sq);
+  CHECK(wqe.wr_id == 11);
+  CHECK(wqe.opcode == IBV_WR_BIND_MW);
+  CHECK(wqe.send_flags == IBV_SEND_SIGNALED);
+  CHECK(wqe.invalidate_rkey == first_key);
+  CHECK(wqe.rkey == one->rkey);
+  CHECK(wqe.remote_addr == reinterpret_cast<std::uintptr_t>(buffer.data()) + 64);
+  CHECK(wqe.compare_add == 512);
+  CHECK(wqe.swap == (std::uint64_t{mr->lkey} << 32 | IBV_ACCESS_REMOTE_READ));
+  CHECK(wqe.num_sge == 0);
+  // verbs.h and the provider's own refusals.
+  CHECK(ibv_bind_mw(qp, two, &bind) == EINVAL);
+  bind.bind_info.mw_access_flags |= IBV_ACCESS_ZERO_BASED;
+  CHECK(ibv_bind_mw(qp, one, &bind) == EINVAL);
+  CHECK(one->rkey == ibv_inc_rkey(first_key));
+
+  // IBV_WR_BIND_MW through ibv_post_send: mw->rkey stays the program's business.
+  ibv_send_wr wr{};
+  wr.wr_id = 12;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.bind_mw.mw = two;
+  wr.bind_mw.rkey = ibv_inc_rkey(two->rkey);
+  wr.bind_mw.bind_info = {mr, reinterpret_cast<std::uintptr_t>(buffer.data()), 4096, IBV_ACCESS_REMOTE_WRITE};
+  ibv_send_wr* bad = nullptr;
+  REQUIRE(ibv_post_send(qp, &wr, &bad) == 0);
+  wqe = consume_send_wqe(vnic, qp->handle, sq);
+  CHECK(wqe.opcode == IBV_WR_BIND_MW);
+  CHECK(wqe.invalidate_rkey == two->rkey);
+  CHECK(wqe.rkey == ibv_inc_rkey(two->rkey));
+  CHECK(wqe.compare_add == 4096);
+  CHECK(wqe.swap == (std::uint64_t{mr->lkey} << 32 | IBV_ACCESS_REMOTE_WRITE));
+  ibv_send_wr inv{};
+  inv.wr_id = 13;
+  inv.opcode = IBV_WR_LOCAL_INV;
+  inv.invalidate_rkey = 0xABCD01;
+  REQUIRE(ibv_post_send(qp, &inv, &bad) == 0);
+  wqe = consume_send_wqe(vnic, qp->handle, sq);
+  CHECK(wqe.opcode == IBV_WR_LOCAL_INV);
+  CHECK(wqe.invalidate_rkey == 0xABCD01);
+
+  // The same through ibv_wr_bind_mw / ibv_wr_local_inv.
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp);
+  ibv_wr_start(qpx);
+  qpx->wr_id = 14;
+  const ibv_mw_bind_info info{mr, reinterpret_cast<std::uintptr_t>(buffer.data()) + 8, 8, IBV_ACCESS_REMOTE_READ};
+  ibv_wr_bind_mw(qpx, two, 0x123456, &info);
+  ibv_wr_local_inv(qpx, 0x123456);
+  REQUIRE(ibv_wr_complete(qpx) == 0);
+  wqe = consume_send_wqe(vnic, qp->handle, sq);
+  CHECK(wqe.wr_id == 14);
+  CHECK(wqe.opcode == IBV_WR_BIND_MW);
+  CHECK(wqe.invalidate_rkey == two->rkey);
+  CHECK(wqe.rkey == 0x123456);
+  CHECK(wqe.remote_addr == reinterpret_cast<std::uintptr_t>(buffer.data()) + 8);
+  CHECK(wqe.compare_add == 8);
+  wqe = consume_send_wqe(vnic, qp->handle, sq);
+  CHECK(wqe.opcode == IBV_WR_LOCAL_INV);
+  CHECK(wqe.invalidate_rkey == 0x123456);
+
+  const std::uint32_t handle = two->handle;
+  CHECK(ibv_dealloc_mw(two) == 0);
+  CHECK(vnic.last(MessageType::DeallocMw).words[field::kDestroyHandle] == handle);
+  vnic.refuse_next(MessageType::DeallocMw, EINVAL);
+  CHECK(ibv_dealloc_mw(one) == EINVAL);
+  CHECK(ibv_dealloc_mw(one) == 0);
+  CHECK(ibv_destroy_qp(qp) == 0);
+  CHECK(ibv_destroy_cq(cq) == 0);
+  CHECK(ibv_dereg_mr(mr) == 0);
+  CHECK(ibv_dealloc_pd(pd) == 0);
 }

@@ -78,8 +78,10 @@ local_row() {
   local program=$1 args=$2 out="$TMPD/out.${program##*/}" rc=0 pattern
   shift 2
   selected "$program" "$args" || return 0
-  if [[ $args == "-c PYVERBS_SCRIPT" ]]; then
-    on_vnic "$NS_A" "$VNIC_A" "$program" -c "$PYVERBS_SCRIPT" >"$out" 2>&1 || rc=$?
+  if [[ $args =~ ^-c\ ([A-Z0-9_]+_SCRIPT)(\ (.*))?$ ]]; then
+    # -c NAME_SCRIPT [ARG...]: the Python program in variable NAME_SCRIPT, with its arguments.
+    # shellcheck disable=SC2086
+    on_vnic "$NS_A" "$VNIC_A" "$program" -c "${!BASH_REMATCH[1]}" ${BASH_REMATCH[3]} >"$out" 2>&1 || rc=$?
   else
     # shellcheck disable=SC2086
     on_vnic "$NS_A" "$VNIC_A" "$program" $args >"$out" 2>&1 || rc=$?
@@ -186,24 +188,81 @@ else
   row pyverbs "" SKIP "python3-pyverbs is not installed"
 fi
 
-# The extended verbs no Debian tool reaches on a vnic (ibv_create_cq_ex, ibv_create_qp_ex,
-# ibv_wr_*): our own ordinary verbs program, linked against the system's libibverbs, with a
-# QP on each vnic in one process (so without --dev: it sees both).
-if selected wr_api_check "$VNIC_A $VNIC_B"; then
-  if [[ -n "${RRDMA_WR_API_CHECK:-}" && -x "$RRDMA_WR_API_CHECK" ]]; then
-    rc=0
-    ip netns exec "$NS_A" timeout 120 "$RRDMA_VNIC" exec -- "$RRDMA_WR_API_CHECK" "$VNIC_A" "$VNIC_B" \
-      >"$TMPD/wr_api.out" 2>&1 || rc=$?
-    if (( rc == 0 )); then
-      row wr_api_check "$VNIC_A $VNIC_B" PASS "$(why "$TMPD/wr_api.out")"
-    else
-      row wr_api_check "$VNIC_A $VNIC_B" FAIL "exit $rc: $(why "$TMPD/wr_api.out")"
-      fail_case "wr_api_check: exit $rc"
-    fi
-  else
-    row wr_api_check "" SKIP "RRDMA_WR_API_CHECK is not set (no system libibverbs to link it)"
-  fi
+# pyverbs' provider modules (mlx5, efa) link libmlx5.so.1 / libefa.so.1: each must import
+# with our stand-ins and our libibverbs (docs/IBVERBS.md, "Symbol versions"); a library of
+# those three names mapped from anywhere else is a failure. Then the providers' entry points
+# on a vnic, which is neither: mlx5dv_is_supported(3) says false, mlx5dv_open_device and
+# efadv_query_device fail with EOPNOTSUPP.
+PROVIDER_IMPORT_SCRIPT="import importlib, os, sys
+module = importlib.import_module('pyverbs.providers.' + sys.argv[1])
+print('imported', module.__name__, 'from', os.path.dirname(module.__file__))
+libs = {line.split()[-1] for line in open('/proc/self/maps') if line.split()[-1].startswith('/')}
+ours = sorted(os.path.basename(l) for l in libs if os.path.basename(l) in ('libibverbs.so.1', 'libmlx5.so.1', 'libefa.so.1') and l.split('/')[-2] == 'rrdma-ibverbs')
+foreign = sorted(l for l in libs if os.path.basename(l).split('.so')[0] in ('libibverbs', 'libmlx5', 'libefa') and l.split('/')[-2] != 'rrdma-ibverbs')
+print('ours:', ' '.join(ours))
+sys.exit('foreign: ' + ' '.join(foreign) if foreign else 0)"
+PROVIDER_CALLS_SCRIPT="import errno, sys
+import pyverbs.device as d
+from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
+name = d.get_device_list()[0].name.decode()
+try:
+    if sys.argv[1] == 'mlx5':
+        from pyverbs.providers.mlx5.mlx5dv import Mlx5Context, Mlx5DVContextAttr
+        Mlx5Context(Mlx5DVContextAttr(), name=name)
+    else:
+        from pyverbs.providers.efa.efadv import EfaContext
+        EfaContext(name=name).query_efa_device()
+    sys.exit('the ' + sys.argv[1] + ' provider call succeeded on a vnic')
+except PyverbsRDMAError as error:
+    # errno.errorcode names 95 ENOTSUP, EOPNOTSUPP's twin on Linux: compare instead.
+    print(sys.argv[1], type(error).__name__, 'EOPNOTSUPP' if error.error_code == errno.EOPNOTSUPP else error.error_code, error)
+except PyverbsError as error:
+    print(sys.argv[1], type(error).__name__, error)"
+if [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/null; then
+  for module_file in /usr/lib/python3/dist-packages/pyverbs/providers/*/*.so; do
+    provider=$(basename "$(dirname "$module_file")")
+    module="$provider.$(basename "$module_file" | cut -d. -f1)"
+    # Each of our libraries the module links must be the one mapped.
+    mapped=()
+    for lib in $(readelf -d "$module_file" | grep -oE 'lib(ibverbs|mlx5|efa)\.so\.1'); do
+      mapped+=("^ours:.* ${lib//./\\.}( |\$)")
+    done
+    local_row /usr/bin/python3 "-c PROVIDER_IMPORT_SCRIPT $module" \
+      "^imported pyverbs\\.providers\\.$module from" "${mapped[@]}"
+  done
+  local_row /usr/bin/python3 "-c PROVIDER_CALLS_SCRIPT mlx5" "^mlx5 PyverbsUserError This is not an MLX5 device"
+  local_row /usr/bin/python3 "-c PROVIDER_CALLS_SCRIPT efa" "^efa PyverbsRDMAError EOPNOTSUPP "
 fi
+
+# own_program_row NAME PROGRAM: a program of ours, an ordinary verbs program linked against the
+# system's libibverbs, with a QP on each vnic in one process (so run without --dev: it sees
+# both); PROGRAM is its path from CMake (empty when there was no system libibverbs to link).
+own_program_row() {
+  local name=$1 program=$2 rc=0
+  selected "$name" "$VNIC_A $VNIC_B" || return 0
+  if [[ -z "$program" || ! -x "$program" ]]; then
+    row "$name" "" SKIP "not built (no system libibverbs to link it)"
+    return 0
+  fi
+  ip netns exec "$NS_A" timeout 120 "$RRDMA_VNIC" exec -- "$program" "$VNIC_A" "$VNIC_B" \
+    >"$TMPD/$name.out" 2>&1 || rc=$?
+  if (( rc == 0 )); then
+    row "$name" "$VNIC_A $VNIC_B" PASS "$(why "$TMPD/$name.out")"
+  else
+    row "$name" "$VNIC_A $VNIC_B" FAIL "exit $rc: $(why "$TMPD/$name.out")"
+    fail_case "$name: exit $rc"
+  fi
+}
+# The extended verbs no Debian tool reaches on a vnic (ibv_create_cq_ex, ibv_create_qp_ex,
+# ibv_wr_*, ATOMIC_WRITE and FLUSH).
+own_program_row wr_api_check "${RRDMA_WR_API_CHECK:-}"
+# IOVA regions, ibv_rereg_mr, on-demand paging (untouched, sparse 16 GiB, implicit) and
+# ibv_create_qp_ex's forms (tests/ibverbs/mr_check.cpp).
+own_program_row mr_check "${RRDMA_MR_CHECK:-}"
+
+# Memory windows of type 1 and 2: binds, WRITE and READ through a window's R_Key, local and
+# remote invalidation, the refusals (tests/ibverbs/mw_check.cpp).
+own_program_row mw_check "${RRDMA_MW_CHECK:-}"
 
 log "--- the pingpongs"
 for program in ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong; do

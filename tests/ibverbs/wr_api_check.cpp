@@ -3,9 +3,16 @@
  * ibv_create_cq_ex with ibv_start_poll / ibv_next_poll, ibv_create_qp_ex with send_ops_flags
  * and the ibv_wr_* posting API (ibv_wr_post(3)). One process, two devices: an RC QP on each,
  * connected to each other; from A it WRITEs, READs, FETCH_ADDs, CMP_SWAPs and SENDs inline
- * to B, then checks B's memory, A's results and every completion. C++ only for the build's
- * flags: it is written as any C verbs program is.
+ * to B, then ATOMIC_WRITEs and FLUSHes (IBA 1.5 Annex A19), then checks B's memory, A's
+ * results and every completion; last, a FLUSH of a region registered without
+ * IBV_ACCESS_FLUSH_GLOBAL must fail as rxe fails it (IBV_WC_REM_ACCESS_ERR). C++ only for
+ * the build's flags: it is written as any C verbs program is.
+ *
+ * Debian 12's verbs.h (rdma-core 44) has ibv_wr_atomic_write but not ibv_wr_flush, which
+ * rdma-core 45 added as the pointer after wr_atomic_write in struct ibv_qp_ex, with these
+ * constants; a program built against newer headers calls exactly that, as this one does.
  *   wr_api_check DEVICE_A DEVICE_B      exit 0 and "ok" when everything checked out */
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +22,23 @@
 #include <infiniband/verbs.h>
 
 #define BUFFER_BYTES 8192
+
+/* rdma-core 45 (verbs.h, ib_user_verbs.h) */
+#define FLUSH_ACCESS_GLOBAL (1u << 8)            /* IBV_ACCESS_FLUSH_GLOBAL */
+#define FLUSH_ACCESS_PERSISTENT (1u << 9)        /* IBV_ACCESS_FLUSH_PERSISTENT */
+#define FLUSH_WR_OPCODE 14                       /* IBV_WR_FLUSH */
+#define FLUSH_WC_OPCODE 8                        /* IBV_WC_FLUSH */
+#define FLUSH_SEND_OPS (1ull << 11)              /* IBV_QP_EX_WITH_FLUSH */
+#define FLUSH_TYPE_GLOBAL 1                      /* IBV_FLUSH_GLOBAL */
+#define FLUSH_LEVEL_RANGE 0                      /* IBV_FLUSH_RANGE */
+#define DEVICE_FLUSH_GLOBAL (1ull << 38)         /* IB_UVERBS_DEVICE_FLUSH_GLOBAL */
+#define DEVICE_FLUSH_PERSISTENT (1ull << 39)     /* IB_UVERBS_DEVICE_FLUSH_PERSISTENT */
+#define DEVICE_ATOMIC_WRITE (1ull << 40)         /* IB_UVERBS_DEVICE_ATOMIC_WRITE */
+struct qp_ex_45 {
+  struct ibv_qp_ex ex;
+  void (*wr_flush)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr, size_t len, uint8_t type,
+                   uint8_t level);
+};
 
 struct side {
   struct ibv_context *context;
@@ -62,7 +86,8 @@ static void open_side(struct side *side, const char *name) {
   qp_attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   qp_attr.pd = side->pd;
   qp_attr.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND |
-                           IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP;
+                           IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                           IBV_QP_EX_WITH_ATOMIC_WRITE | FLUSH_SEND_OPS;
   side->qp = ibv_create_qp_ex(side->context, &qp_attr);
   if (!side->qp) fail("ibv_create_qp_ex");
   if (ibv_query_gid(side->context, 1, 0, &side->gid)) fail("ibv_query_gid");
@@ -72,7 +97,9 @@ static void connect_to(struct side *side, const struct side *peer) {
   struct ibv_qp_attr attr = {};
   attr.qp_state = IBV_QPS_INIT;
   attr.port_num = 1;
-  attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  /* rxe's responder wants the QP to grant FLUSH of the placement type too, not only the MR. */
+  attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                         FLUSH_ACCESS_GLOBAL;
   if (ibv_modify_qp(side->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
     fail("modify to INIT");
   memset(&attr, 0, sizeof attr);
@@ -120,6 +147,70 @@ static void expect_completions(struct side *side, int count, const char *what) {
     } while (seen < count && ibv_next_poll(side->cq) == 0);
     ibv_end_poll(side->cq);
   }
+}
+
+/* Waits (at most 30 s) for the next completion and checks its wr_id, status and opcode. */
+static void expect_one(struct side *side, uint64_t wr_id, enum ibv_wc_status status, int opcode, const char *what) {
+  time_t give_up = time(NULL) + 30;
+  struct ibv_poll_cq_attr poll_attr = {};
+  while (ibv_start_poll(side->cq, &poll_attr) != 0)
+    if (time(NULL) > give_up) fail(what);
+  const bool ok = side->cq->wr_id == wr_id && side->cq->status == status &&
+                  (status != IBV_WC_SUCCESS || (int)ibv_wc_read_opcode(side->cq) == opcode);
+  if (!ok)
+    fprintf(stderr, "wr_api_check: %s: wr_id %llu: %s, opcode %d\n", what, (unsigned long long)side->cq->wr_id,
+            ibv_wc_status_str(side->cq->status), (int)ibv_wc_read_opcode(side->cq));
+  ibv_end_poll(side->cq);
+  if (!ok) exit(1);
+}
+
+/* The device offers ATOMIC_WRITE and FLUSH of the global placement type, not the persistent
+ * one, and registering for a persistent FLUSH is refused as the kernel refuses an MR access
+ * bit the device does not offer (EOPNOTSUPP). */
+static void check_placement_caps(struct side *side) {
+  struct ibv_device_attr_ex attr = {};
+  if (ibv_query_device_ex(side->context, NULL, &attr)) fail("ibv_query_device_ex");
+  if (!(attr.device_cap_flags_ex & DEVICE_FLUSH_GLOBAL) || !(attr.device_cap_flags_ex & DEVICE_ATOMIC_WRITE) ||
+      (attr.device_cap_flags_ex & DEVICE_FLUSH_PERSISTENT))
+    fail("device_cap_flags_ex: FLUSH_GLOBAL and ATOMIC_WRITE expected, FLUSH_PERSISTENT not");
+  struct ibv_mr *mr = ibv_reg_mr(side->pd, side->buffer, 4096, IBV_ACCESS_LOCAL_WRITE | FLUSH_ACCESS_PERSISTENT);
+  if (mr || errno != EOPNOTSUPP) fail("ibv_reg_mr with IBV_ACCESS_FLUSH_PERSISTENT: EOPNOTSUPP expected");
+}
+
+/* ATOMIC_WRITE and FLUSH into a region of B registered for them, then a FLUSH into B's
+ * first region, registered without IBV_ACCESS_FLUSH_GLOBAL: a remote access error (rxe:
+ * lookup_mr fails, RESPST_ERR_RKEY_VIOLATION, NAK remote access error). */
+static void check_placement(struct side *a, struct side *b) {
+  check_placement_caps(a);
+  unsigned char *placed = static_cast<unsigned char *>(aligned_alloc(64, 64));
+  if (!placed) fail("aligned_alloc");
+  memset(placed, 0, 64);
+  struct ibv_mr *flushable =
+      ibv_reg_mr(b->pd, placed, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | FLUSH_ACCESS_GLOBAL);
+  if (!flushable) fail("ibv_reg_mr with IBV_ACCESS_FLUSH_GLOBAL");
+  struct ibv_qp_ex *qpx = ibv_qp_to_qp_ex(a->qp);
+  struct qp_ex_45 *qpx45 = (struct qp_ex_45 *)qpx;
+  const unsigned char value[8] = {0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};
+  ibv_wr_start(qpx);
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  qpx->wr_id = 6;
+  ibv_wr_atomic_write(qpx, flushable->rkey, (uintptr_t)(placed + 16), value);
+  qpx->wr_id = 7;
+  qpx45->wr_flush(qpx, flushable->rkey, (uintptr_t)placed, 64, FLUSH_TYPE_GLOBAL, FLUSH_LEVEL_RANGE);
+  if (ibv_wr_complete(qpx)) fail("ibv_wr_complete (ATOMIC_WRITE, FLUSH)");
+  expect_one(a, 6, IBV_WC_SUCCESS, IBV_WC_ATOMIC_WRITE, "ATOMIC_WRITE");
+  expect_one(a, 7, IBV_WC_SUCCESS, FLUSH_WC_OPCODE, "FLUSH");
+  if (memcmp(placed + 16, value, 8) != 0) fail("ATOMIC_WRITE: B's memory differs");
+  for (int i = 0; i < 64; ++i)
+    if ((i < 16 || i >= 24) && placed[i] != 0) fail("ATOMIC_WRITE wrote outside its 8 bytes");
+
+  ibv_wr_start(qpx);
+  qpx->wr_id = 8;
+  qpx45->wr_flush(qpx, b->mr->rkey, (uintptr_t)b->buffer, 64, FLUSH_TYPE_GLOBAL, FLUSH_LEVEL_RANGE);
+  if (ibv_wr_complete(qpx)) fail("ibv_wr_complete (refused FLUSH)");
+  expect_one(a, 8, IBV_WC_REM_ACCESS_ERR, FLUSH_WC_OPCODE, "FLUSH without IBV_ACCESS_FLUSH_GLOBAL");
+  ibv_dereg_mr(flushable);
+  free(placed);
 }
 
 int main(int argc, char **argv) {
@@ -182,6 +273,7 @@ int main(int argc, char **argv) {
   if (old_counter != 40 || counter != 42) fail("FETCH_ADD");
   if (old_swap != 5 || swap_target != 77) fail("CMP_SWAP");
   if (memcmp(b.buffer + 7000, message, sizeof message) != 0) fail("SEND: B received other bytes");
+  check_placement(&a, &b);
 
   ibv_destroy_qp(a.qp);
   ibv_destroy_qp(b.qp);
@@ -193,6 +285,7 @@ int main(int argc, char **argv) {
   ibv_dealloc_pd(b.pd);
   ibv_close_device(a.context);
   ibv_close_device(b.context);
-  printf("ok: WRITE 4096 B, READ 1024 B, FETCH_ADD, CMP_SWAP, inline SEND through ibv_wr_*\n");
+  printf("ok: WRITE 4096 B, READ 1024 B, FETCH_ADD, CMP_SWAP, inline SEND, ATOMIC_WRITE, FLUSH through ibv_wr_*;"
+         " FLUSH without the MR's flush access: remote access error\n");
   return 0;
 }

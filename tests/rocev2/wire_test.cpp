@@ -169,6 +169,44 @@ TEST_CASE("parse_transport: FLUSH carries the FETH before the RETH (IBA 1.5)", "
   CHECK(std::equal(out.begin(), out.end(), in.begin()));
 }
 
+// rxe_req.c builds an ATOMIC_WRITE as BTH (AckReq), RETH (length 8) and the 8 bytes, no pad;
+// rxe_resp.c answers it, and a FLUSH, with an RDMA READ response ONLY that has an AETH and
+// no data (send_read_response_ack). Byte for byte, both ways.
+TEST_CASE("ATOMIC_WRITE and its empty READ response, as rxe lays them out (IBA 1.5 A19)", "[wire]") {
+  Bytes h = bth_bytes(0x1D, 0x00);
+  h[8] = 0x80;  // AckReq
+  const Bytes reth{0, 0, 0x7f, 0xfe, 0x12, 0x34, 0x56, 0x78, 0x00, 0x00, 0x02, 0x44, 0, 0, 0, 8};
+  const Bytes value{0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11};
+  h.insert(h.end(), reth.begin(), reth.end());
+  h.insert(h.end(), value.begin(), value.end());
+  h.insert(h.end(), kIcrcLength, 0xCC);
+  TransportPacket p;
+  REQUIRE(parse_transport(h, p) == TransportError::none);
+  CHECK(p.bth.opcode == Opcode::RcAtomicWrite);
+  CHECK(p.bth.ack_req);
+  CHECK(p.bth.pad_count == 0);
+  REQUIRE(p.reth);
+  CHECK(p.reth->virtual_address == 0x00007ffe12345678ull);
+  CHECK(p.reth->dma_length == 8);
+  CHECK_FALSE(p.atomic_eth);
+  CHECK_FALSE(p.feth);
+  CHECK(std::equal(p.payload.begin(), p.payload.end(), value.begin(), value.end()));
+  Bytes out(h.size() - kIcrcLength);
+  REQUIRE(emit_transport(p, out) == EmitError::none);
+  CHECK(std::equal(out.begin(), out.end(), h.begin()));
+
+  TransportPacket answer;
+  answer.bth.opcode = Opcode::RcReadResponseOnly;
+  answer.bth.dest_qp = Qpn{0x11};
+  answer.bth.psn = Psn{1};
+  answer.aeth = Aeth{0x1F, Msn{3}};
+  const Bytes expected{0x10, 0x00, 0xFF, 0xFF, 0, 0, 0, 0x11, 0, 0, 0, 1, 0x1F, 0, 0, 3};
+  CHECK(transport_length(answer) == expected.size() + kIcrcLength);
+  Bytes wire(expected.size());
+  REQUIRE(emit_transport(answer, wire) == EmitError::none);
+  CHECK(wire == expected);
+}
+
 TEST_CASE("parse_transport: each kind of malformed packet gets its own error", "[wire][hostile]") {
   TransportPacket p;
   SECTION("shorter than BTH + ICRC") {

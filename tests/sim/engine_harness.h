@@ -5,6 +5,7 @@
 // duplicate or reorder any of them by hand.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -79,6 +80,21 @@ class PlainMemory final : public MrTable, public Dma {
       }
     return false;
   }
+  // The local operations as the engine hands them over, in order; each answers `local_ok`.
+  std::vector<MwBindRequest> binds;
+  std::vector<std::pair<Rkey, std::uint32_t>> local_invalidations;
+  bool local_ok = true;
+  bool bind_mw(const MwBindRequest& request) override {
+    binds.push_back(request);
+    return local_ok;
+  }
+  bool invalidate_local(Rkey key, std::uint32_t pd) override {
+    local_invalidations.emplace_back(key, pd);
+    return local_ok;
+  }
+  // A type 2 window's facts: only the QP `qpn` may use the region's R_Key.
+  void bind_to_qp(const MrFacts& mr, Qpn qpn) { regions_.at(mr.handle).facts.bound_qp = qpn; }
+
   bool read(const MrFacts& mr, std::uint64_t addr, std::span<std::uint8_t> out) override {
     reads.push_back({addr, out.size()});
     if (reads_fail || !regions_.at(mr.handle).readable) return false;
@@ -103,6 +119,11 @@ class PlainMemory final : public MrTable, public Dma {
     const std::uint64_t old = word(mr, addr);
     if (old == compare) set_word(mr, addr, swap);
     return old;
+  }
+  int atomic_writes = 0;  // ATOMIC_WRITEs executed (IBA 1.5 A19: never twice for one request)
+  bool atomic_write(const MrFacts& mr, std::uint64_t addr, std::uint64_t value) override {
+    ++atomic_writes;
+    return Dma::atomic_write(mr, addr, value);
   }
   std::optional<std::uint64_t> fetch_add(const MrFacts& mr, std::uint64_t addr, std::uint64_t add) override {
     if (!reach(mr, addr, 8)) return std::nullopt;
@@ -264,6 +285,18 @@ struct Pair {
       s.engine.advance(now);
     }
     FAIL("an engine had work due forever");
+  }
+  // Moves time on to the earlier of the two engines' next deadlines and lets both act on it
+  // (a retransmission, an ACK timer); false when neither engine waits for anything.
+  bool advance_to_next_deadline() {
+    std::optional<Instant> t = a.engine.next_deadline();
+    const std::optional<Instant> tb = b.engine.next_deadline();
+    if (tb && (!t || *tb < *t)) t = tb;
+    if (!t) return false;
+    now = std::max(now, *t);
+    a.engine.advance(now);
+    b.engine.advance(now);
+    return true;
   }
   // Moves everything sent, back and forth, until both are quiet.
   void exchange() {

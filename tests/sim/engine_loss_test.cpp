@@ -99,13 +99,7 @@ std::uint64_t run(std::uint64_t seed, double loss) {
     std::vector<Captured> ab = link.pass(p.a.host.take_sent());
     std::vector<Captured> ba = link.pass(p.b.host.take_sent());
     if (ab.empty() && ba.empty()) {
-      std::optional<Instant> t = p.a.engine.next_deadline();
-      const std::optional<Instant> tb = p.b.engine.next_deadline();
-      if (tb && (!t || *tb < *t)) t = tb;
-      if (!t) break;
-      p.now = std::max(p.now, *t);
-      p.a.engine.advance(p.now);
-      p.b.engine.advance(p.now);
+      if (!p.advance_to_next_deadline()) break;
       continue;
     }
     p.deliver(p.a, p.b, ab);

@@ -388,8 +388,8 @@ TEST_CASE("client: refused WRs are EINVAL at post time", "[client]") {
     wr.send_flags = send_flags::kInline;
     CHECK(client::build_send_wqe(wr, rc, wqe) == EINVAL);
   }
-  SECTION("LOCAL_INV, which we do not implement, and a number that is no opcode") {
-    wr.opcode = 7;
+  SECTION("TSO, which we do not implement, and a number that is no opcode") {
+    wr.opcode = 10;
     CHECK(client::build_send_wqe(wr, rc, wqe) == EINVAL);
     wr.opcode = 0x102;  // would be SEND (2) if truncated to a byte
     CHECK(client::build_send_wqe(wr, rc, wqe) == EINVAL);
@@ -494,7 +494,7 @@ TEST_CASE("client: a post list stops at the first WR that does not fit (bad_wr)"
   }
   SECTION("a bad WR in the middle: the ones before it are posted and published") {
     scene.to_rts();
-    wrs[2].opcode = 7;
+    wrs[2].opcode = 10;  // TSO
     CHECK(scene.qp->post_send(wrs, posted) == EINVAL);
     CHECK(posted == 2);
     RingConsumer sq = scene.sq();

@@ -115,7 +115,7 @@ TEST_CASE("control: the wire layout is the documented one") {
   Message message = make_request(MessageType::DestroyQp, 0xA1B2C3D4);
   message.words[field::kDestroyHandle] = 0x1122334455667788ull;
   const std::vector<std::uint8_t> bytes = frame_of(message);
-  const std::vector<std::uint8_t> expected{0x89, 'R',  'V',  'C',  0x00, 0x02, 0x00, 14,
+  const std::vector<std::uint8_t> expected{0x89, 'R',  'V',  'C',  0x00, 0x04, 0x00, 14,
                                            0xA1, 0xB2, 0xC3, 0xD4, 0x00, 0x00, 0x00, 8,
                                            0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};
   CHECK(bytes == expected);

@@ -52,7 +52,9 @@ TEST_CASE("device attributes agree with the ABI and tables they come from") {
   CHECK(d.max_qp_rd_atom == caps::kMaxQpRdAtom);
   CHECK(d.max_qp_init_rd_atom == caps::kMaxQpInitRdAtom);
   CHECK(d.phys_port_cnt == 1);
-  CHECK(d.device_cap_flags == IBV_DEVICE_RC_RNR_NAK_GEN);  // no APM, no resize: not built
+  // No APM, no resize: not built. Memory windows of type 1 and 2B (docs/VERBS_MEMORY.md).
+  CHECK(d.device_cap_flags == (IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B));
+  CHECK(d.max_mw == d.max_mr);  // one table for both
 }
 
 TEST_CASE("GID of 10.50.0.10 is ::ffff:10.50.0.10 and maps back") {

@@ -233,11 +233,16 @@ TEST_CASE("access flags follow ibv_reg_mr(3)") {
   CHECK(error_of(1u << 19) == EINVAL);
   CHECK(error_of(1u << 30) == EINVAL);
   CHECK(error_of(1u << 31) == EINVAL);
+  // On-demand paging: every region of ours is (nothing is pinned).
+  CHECK(error_of(mr_access::kOnDemand) == 0);
+  CHECK(error_of(kAllRemote | mr_access::kOnDemand | mr_access::kHugetlb) == 0);
   // Defined, but not something this device does.
-  CHECK(error_of(mr_access::kOnDemand) == EOPNOTSUPP);
-  CHECK(error_of(mr_access::kLocalWrite | mr_access::kFlushGlobal) == EOPNOTSUPP);
+  // No persistent memory behind any region: FLUSH of the persistent type cannot be honoured
+  // (FLUSH_GLOBAL can, IBA 1.5 A19).
   CHECK(error_of(mr_access::kLocalWrite | mr_access::kFlushPersistent) == EOPNOTSUPP);
+  CHECK(error_of(mr_access::kLocalWrite | mr_access::kRemoteWrite | mr_access::kFlushGlobal) == 0);
   // The invalid combination is reported before the unsupported one.
+  CHECK(error_of(mr_access::kRemoteWrite | mr_access::kFlushGlobal) == EINVAL);
   CHECK(error_of(mr_access::kRemoteWrite | mr_access::kOnDemand) == EINVAL);
 
   // What was accepted is what the engine sees.
@@ -279,6 +284,102 @@ TEST_CASE("iova: default is the address, 0 with ZERO_BASED, or chosen (ibv_reg_m
   MrRequest conflicting = request(0x7000'1000, 0x100, kAllRemote | mr_access::kZeroBased);
   conflicting.iova = 0x40;
   CHECK(table.register_mr(self(), conflicting).error == EINVAL);
+}
+
+TEST_CASE("iova: the IOVA keeps the address's offset in its page, and lookups translate it") {
+  MrTable table;
+  MrRequest shifted = request(0x7000'1234, 0x2000);
+  shifted.iova = 0x10'0000'0234;
+  const RegisterResult r = table.register_mr(self(), shifted);
+  REQUIRE(r.ok());
+  const MrFacts facts = *table.find_lkey(r.lkey);
+  CHECK(facts.base == 0x10'0000'0234);
+  CHECK(facts.length == 0x2000);
+  // RETH va / SGE addr are IOVAs; the process address is addr + (va - iova).
+  CHECK(table.dma_target(facts, 0x10'0000'0234, 8)->address == 0x7000'1234);
+  CHECK(table.dma_target(facts, 0x10'0000'1234, 0x1000)->address == 0x7000'2234);
+  CHECK_FALSE(table.dma_target(facts, 0x7000'1234, 8));   // the address is not an IOVA here
+  CHECK_FALSE(table.dma_target(facts, 0x10'0000'0233, 1));  // one byte before
+  CHECK_FALSE(table.dma_target(facts, 0x10'0000'2234, 1));  // one byte past
+
+  // The kernel's ib_uverbs_reg_mr: EINVAL when the IOVA's page offset differs.
+  MrRequest misaligned = request(0x7000'1234, 0x100);
+  misaligned.iova = 0x10'0000'0000;
+  CHECK(table.register_mr(self(), misaligned).error == EINVAL);
+  // An IOVA range that wraps is refused even when the address range does not.
+  MrRequest wraps = request(0x7000'0000, 0x2000);
+  wraps.iova = UINT64_MAX - 0xFFF;
+  CHECK(table.register_mr(self(), wraps).error == EINVAL);
+}
+
+TEST_CASE("on-demand paging: explicit and implicit regions (ibv_reg_mr(3))") {
+  MrTable table;
+  constexpr std::uint32_t kOdp = kAllRemote | mr_access::kOnDemand;
+  const RegisterResult implicit = table.register_mr(self(), request(0, UINT64_MAX, kOdp));
+  REQUIRE(implicit.ok());
+  const MrFacts facts = *table.find_rkey(implicit.rkey);
+  CHECK(facts.base == 0);
+  CHECK(facts.length == UINT64_MAX);
+  // Any address of the process is its own IOVA.
+  CHECK(table.dma_target(facts, 0x7fff'1234'5678, 4096)->address == 0x7fff'1234'5678);
+  CHECK(table.dma_target(facts, UINT64_MAX - 8, 8));
+  CHECK_FALSE(table.dma_target(facts, UINT64_MAX - 8, 9));
+
+  // "HUGETLB ... applicable with IBV_ACCESS_ON_DEMAND in explicit mode only".
+  CHECK(table.register_mr(self(), request(0, UINT64_MAX, kOdp | mr_access::kHugetlb)).error == EINVAL);
+  CHECK(table.register_mr(self(), request(0, UINT64_MAX, kOdp | mr_access::kZeroBased)).error == EINVAL);
+  MrRequest implicit_iova = request(0, UINT64_MAX, kOdp);
+  implicit_iova.iova = 0x1000;
+  CHECK(table.register_mr(self(), implicit_iova).error == EINVAL);
+  CHECK(table.register_mr(self(), request(0, UINT64_MAX, kOdp | mr_access::kFlushPersistent)).error == EOPNOTSUPP);
+  // Explicit ODP is an ordinary region.
+  CHECK(table.register_mr(self(), request(0x1000, 4096, kOdp | mr_access::kHugetlb)).ok());
+}
+
+TEST_CASE("reregister: PD, access and translation change in place, keys stay") {
+  MrTable table;
+  const RegisterResult r = table.register_mr(self(1), request(0x7000'0000, 0x1000, kAllRemote, 7));
+  REQUIRE(r.ok());
+  ReregRequest change_pd{rereg_flags::kChangePd, 8, 0, 0, 0};
+  CHECK(table.reregister(1, r.lkey, change_pd) == 0);
+  CHECK(table.find_lkey(r.lkey)->pd == 8);
+  CHECK(table.pd_of(1, r.lkey) == 8u);
+
+  ReregRequest change_access{rereg_flags::kChangeAccess, 0, 0, 0, mr_access::kRemoteRead};
+  CHECK(table.reregister(1, r.lkey, change_access) == 0);
+  CHECK(table.find_rkey(r.rkey)->access == mr_access::kRemoteRead);
+
+  ReregRequest move{rereg_flags::kChangeTranslation, 0, 0x9000'0000, 0x3000, 0};
+  CHECK(table.reregister(1, r.lkey, move) == 0);
+  const MrFacts facts = *table.find_rkey(r.rkey);
+  CHECK(facts.lkey == r.lkey);
+  CHECK(facts.base == 0x9000'0000);
+  CHECK(facts.length == 0x3000);
+  CHECK(table.dma_target(facts, 0x9000'2000, 0x1000)->address == 0x9000'2000);
+  CHECK_FALSE(table.dma_target(facts, 0x7000'0000, 8));
+
+  // Refusals leave the region as it was.
+  CHECK(table.reregister(2, r.lkey, change_pd) == EINVAL);            // not the owner
+  CHECK(table.reregister(1, Lkey(r.rkey.value()), change_pd) == EINVAL);  // an R_Key
+  CHECK(table.reregister(1, r.lkey, {0, 0, 0, 0, 0}) == EINVAL);       // no flag
+  CHECK(table.reregister(1, r.lkey, {1u << 3, 0, 0, 0, 0}) == EOPNOTSUPP);
+  CHECK(table.reregister(1, r.lkey, {rereg_flags::kChangeAccess, 0, 0, 0, mr_access::kRemoteWrite}) == EINVAL);
+  CHECK(table.reregister(1, r.lkey, {rereg_flags::kChangeAccess, 0, 0, 0, mr_access::kFlushPersistent}) == EOPNOTSUPP);
+  CHECK(table.reregister(1, r.lkey, {rereg_flags::kChangeTranslation, 0, UINT64_MAX - 10, 0x100, 0}) == EINVAL);
+  CHECK(table.reregister(1, r.lkey, {rereg_flags::kChangeTranslation, 0, 0x1000, 0, 0}) == EINVAL);
+  // ZERO_BASED without a translation change would leave a non-zero IOVA.
+  CHECK(table.reregister(1, r.lkey, {rereg_flags::kChangeAccess, 0, 0, 0, mr_access::kZeroBased}) == EINVAL);
+  const MrFacts after = *table.find_rkey(r.rkey);
+  CHECK(after.base == 0x9000'0000);
+  CHECK(after.length == 0x3000);
+  CHECK(after.access == mr_access::kRemoteRead);
+  CHECK(after.pd == 8);
+
+  // To an implicit ODP region and back.
+  const ReregRequest implicit{rereg_flags::kChangeTranslation | rereg_flags::kChangeAccess, 0, 0, UINT64_MAX,
+                              kAllRemote | mr_access::kOnDemand};
+  CHECK(table.reregister(1, r.lkey, implicit) == 0);
+  CHECK(table.dma_target(*table.find_lkey(r.lkey), 0x5555'0000, 8)->address == 0x5555'0000);
 }
 
 TEST_CASE("deregister: only the owner, only a live key, only once") {

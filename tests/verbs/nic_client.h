@@ -178,7 +178,8 @@ struct Registration {
 
 inline Registration reg_mr(TestClient& side, const Device& d, std::vector<std::uint8_t>& buffer, std::uint32_t access) {
   const Message reply = side.call(MessageType::RegMr,
-                                  {d.pd, reinterpret_cast<std::uintptr_t>(buffer.data()), buffer.size(), access});
+                                  {d.pd, reinterpret_cast<std::uintptr_t>(buffer.data()), buffer.size(), access,
+                                   reinterpret_cast<std::uintptr_t>(buffer.data())});
   REQUIRE(reply.words[0] == 0);
   return {static_cast<std::uint32_t>(reply.words[field::kMrLkey]), static_cast<std::uint32_t>(reply.words[field::kMrRkey])};
 }

@@ -14,6 +14,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -729,6 +730,247 @@ TEST_CASE("nic: a client whose connecting process exits is evicted at the next l
   scene.look_again();
   CHECK(evicted == std::vector<std::uint64_t>{7});
   CHECK(nic.client_connected({8, child.pid(), 0}) == ESRCH);
+}
+
+}  // namespace
+}  // namespace rrdma::verbs
+
+namespace rrdma::verbs {
+namespace {
+
+using namespace rrdma::verbs::test;
+
+// reg_mr with an IOVA of the test's choosing: the reply (status, handle, L_Key, R_Key).
+Message reg_mr_at(TestClient& side, std::uint64_t pd, std::uint64_t address, std::uint64_t length,
+                  std::uint32_t access, std::uint64_t iova) {
+  return side.call(MessageType::RegMr, {pd, address, length, access, iova});
+}
+Registration keys_of(const Message& reply) {
+  REQUIRE(reply.words[0] == 0);
+  return {static_cast<std::uint32_t>(reply.words[field::kMrLkey]), static_cast<std::uint32_t>(reply.words[field::kMrRkey])};
+}
+std::uint64_t address_of(const std::vector<std::uint8_t>& buffer) { return reinterpret_cast<std::uintptr_t>(buffer.data()); }
+// An IOVA far from the buffer with the buffer's offset in its page (the kernel's rule).
+std::uint64_t far_iova(const std::vector<std::uint8_t>& buffer, std::uint64_t base) {
+  return base + (address_of(buffer) & 0xFFF);
+}
+constexpr std::uint32_t kRemoteRw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+TEST_CASE("nic: regions known by an IOVA: local SGEs and RETHs address them by IOVA (ibv_reg_mr_iova)") {
+  Pair p;
+  std::vector<std::uint8_t> a_mem(256), b_mem(256, 0);
+  std::iota(a_mem.begin(), a_mem.end(), std::uint8_t{1});
+  const std::uint64_t ia = far_iova(a_mem, 0x10'0000'0000), ib = far_iova(b_mem, 0x20'0000'0000);
+  const Registration ra = keys_of(reg_mr_at(p.a.user, p.da.pd, address_of(a_mem), a_mem.size(), kRemoteRw, ia));
+  const Registration rb = keys_of(reg_mr_at(p.b.user, p.db.pd, address_of(b_mem), b_mem.size(), kRemoteRw, ib));
+
+  SendWqe write = wqe_for(1, rocev2::WrOpcode::RdmaWrite, a_mem, 100, ra.lkey);
+  write.sge[0].addr = ia + 4;
+  write.remote_addr = ib + 16;
+  write.rkey = rb.rkey;
+  p.qa->post_send(write);
+  exchange(p.a, p.b);
+  CHECK(std::equal(a_mem.begin() + 4, a_mem.begin() + 104, b_mem.begin() + 16));
+  CHECK(b_mem[15] == 0);
+  CHECK(b_mem[116] == 0);
+
+  std::fill(b_mem.begin() + 200, b_mem.end(), std::uint8_t{0xEE});
+  SendWqe read = wqe_for(2, rocev2::WrOpcode::RdmaRead, a_mem, 56, ra.lkey);
+  read.sge[0].addr = ia + 200;
+  read.remote_addr = ib + 200;
+  read.rkey = rb.rkey;
+  p.qa->post_send(read);
+  exchange(p.a, p.b);
+  CHECK(std::all_of(a_mem.begin() + 200, a_mem.end(), [](std::uint8_t v) { return v == 0xEE; }));
+  auto done = p.qa->poll();
+  REQUIRE(done.size() == 2);
+  CHECK(done[0].status == IBV_WC_SUCCESS);
+  CHECK(done[1].status == IBV_WC_SUCCESS);
+
+  // The process address is not an address of this region: a local protection error.
+  SendWqe by_address = wqe_for(3, rocev2::WrOpcode::RdmaWrite, a_mem, 8, ra.lkey);
+  by_address.remote_addr = ib;
+  by_address.rkey = rb.rkey;
+  p.qa->post_send(by_address);
+  exchange(p.a, p.b);
+  done = p.qa->poll();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status == IBV_WC_LOC_PROT_ERR);
+}
+
+TEST_CASE("nic: a RETH beyond the IOVA range is a remote access error and writes nothing") {
+  Pair p;
+  std::vector<std::uint8_t> a_mem(64, 7), b_mem(256, 0);
+  const std::uint64_t ib = far_iova(b_mem, 0x20'0000'0000);
+  const Registration ra = reg_mr(p.a.user, p.da, a_mem, IBV_ACCESS_LOCAL_WRITE);
+  const Registration rb = keys_of(reg_mr_at(p.b.user, p.db.pd, address_of(b_mem), b_mem.size(), kRemoteRw, ib));
+  SendWqe write = wqe_for(1, rocev2::WrOpcode::RdmaWrite, a_mem, 16, ra.lkey);
+  write.remote_addr = ib + 248;  // 8 bytes past the end
+  write.rkey = rb.rkey;
+  p.qa->post_send(write);
+  exchange(p.a, p.b);
+  const auto done = p.qa->poll();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status == IBV_WC_REM_ACCESS_ERR);
+  CHECK(std::all_of(b_mem.begin(), b_mem.end(), [](std::uint8_t v) { return v == 0; }));
+}
+
+TEST_CASE("nic: rereg_mr moves a region, changes its PD and access, and keeps its keys") {
+  Pair p;
+  std::vector<std::uint8_t> a_mem(64), old_target(64, 0), new_target(64, 0);
+  std::iota(a_mem.begin(), a_mem.end(), std::uint8_t{1});
+  const Registration ra = reg_mr(p.a.user, p.da, a_mem, IBV_ACCESS_LOCAL_WRITE);
+  const Message reg = reg_mr_at(p.b.user, p.db.pd, address_of(old_target), old_target.size(), kRemoteRw,
+                                address_of(old_target));
+  const Registration rb = keys_of(reg);
+  const std::uint64_t handle = reg.words[field::kMrHandle];
+
+  // Translation: the new address is the new IOVA; the R_Key the peer holds still works.
+  Message moved = p.b.user.call(MessageType::ReregMr, {handle, IBV_REREG_MR_CHANGE_TRANSLATION, 0,
+                                                       address_of(new_target), new_target.size(), 0});
+  REQUIRE(moved.words[0] == 0);
+  CHECK(moved.words[field::kReregLkey] == rb.lkey);
+  CHECK(moved.words[field::kReregRkey] == rb.rkey);
+  SendWqe write = wqe_for(1, rocev2::WrOpcode::RdmaWrite, a_mem, 32, ra.lkey);
+  write.remote_addr = address_of(new_target);
+  write.rkey = rb.rkey;
+  p.qa->post_send(write);
+  exchange(p.a, p.b);
+  CHECK(std::equal(a_mem.begin(), a_mem.begin() + 32, new_target.begin()));
+  CHECK(std::all_of(old_target.begin(), old_target.end(), [](std::uint8_t v) { return v == 0; }));
+  REQUIRE(p.qa->poll().size() == 1);
+
+  // Refusals: not a handle of this client, no flag, a PD that is not the client's, a
+  // translation over the device's max_mr_size.
+  CHECK(p.b.user.call(MessageType::ReregMr, {handle ^ 1, IBV_REREG_MR_CHANGE_ACCESS, 0, 0, 0, 0}).words[0] == EINVAL);
+  CHECK(p.a.user.call(MessageType::ReregMr, {handle, IBV_REREG_MR_CHANGE_ACCESS, 0, 0, 0, 0}).words[0] == EINVAL);
+  CHECK(p.b.user.call(MessageType::ReregMr, {handle, 0, 0, 0, 0, 0}).words[0] == EINVAL);
+  CHECK(p.b.user.call(MessageType::ReregMr, {handle, IBV_REREG_MR_CHANGE_PD, 0xFFFF, 0, 0, 0}).words[0] == EINVAL);
+  CHECK(p.b.user.call(MessageType::ReregMr, {handle, IBV_REREG_MR_CHANGE_TRANSLATION, 0, 0x10000,
+                                             caps::kMaxMrSize + 1, 0}).words[0] == EINVAL);
+
+  // A new PD: the MR now holds that PD, not the old one, and the QP (old PD) cannot use it.
+  const std::uint64_t pd2 = p.b.user.ok(MessageType::AllocPd, {p.db.context});
+  REQUIRE(p.b.user.call(MessageType::ReregMr, {handle, IBV_REREG_MR_CHANGE_PD, pd2, 0, 0, 0}).words[0] == 0);
+  CHECK(p.b.user.call(MessageType::DeallocPd, {pd2}).words[0] == EBUSY);
+  p.qa->post_send(write);
+  exchange(p.a, p.b);
+  const auto done = p.qa->poll();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status == IBV_WC_REM_ACCESS_ERR);
+  CHECK(p.b.user.call(MessageType::DeregMr, {handle}).words[0] == 0);
+  CHECK(p.b.user.call(MessageType::DeallocPd, {pd2}).words[0] == 0);
+}
+
+TEST_CASE("nic: an implicit on-demand region covers the process, only ODP may exceed max_mr_size") {
+  Pair p;
+  std::vector<std::uint8_t> a_mem(64), far_away(64, 0);
+  std::iota(a_mem.begin(), a_mem.end(), std::uint8_t{9});
+  constexpr std::uint32_t kOdp = kRemoteRw | IBV_ACCESS_ON_DEMAND;
+  const Registration ra = keys_of(reg_mr_at(p.a.user, p.da.pd, 0, UINT64_MAX, kOdp, 0));
+  const Registration rb = keys_of(reg_mr_at(p.b.user, p.db.pd, 0, UINT64_MAX, kOdp, 0));
+  SendWqe write = wqe_for(1, rocev2::WrOpcode::RdmaWrite, a_mem, 48, ra.lkey);  // local SGE: the address
+  write.remote_addr = address_of(far_away);
+  write.rkey = rb.rkey;
+  p.qa->post_send(write);
+  exchange(p.a, p.b);
+  CHECK(std::equal(a_mem.begin(), a_mem.begin() + 48, far_away.begin()));
+  REQUIRE(p.qa->poll().size() == 1);
+
+  CHECK(reg_mr_at(p.b.user, p.db.pd, 0, UINT64_MAX, kRemoteRw, 0).words[0] == EINVAL);
+  CHECK(reg_mr_at(p.b.user, p.db.pd, 0x10000, caps::kMaxMrSize + 1, kOdp, 0x10000).words[0] == EINVAL);
+  CHECK(reg_mr_at(p.b.user, p.db.pd, 0, UINT64_MAX, kOdp | IBV_ACCESS_HUGETLB, 0).words[0] == EINVAL);
+}
+
+// A BIND_MW WQE in the field mapping of verbs/contract/abi.h.
+SendWqe bind_wqe(std::uint64_t id, std::uint32_t window, std::uint32_t next, std::uint32_t mr_lkey, std::uint64_t addr,
+                 std::uint64_t length, std::uint32_t access) {
+  SendWqe w{};
+  w.wr_id = id;
+  w.opcode = static_cast<std::uint8_t>(rocev2::WrOpcode::BindMw);
+  w.send_flags = rocev2::send_flags::kSignaled;
+  w.invalidate_rkey = window;
+  w.rkey = next;
+  w.remote_addr = addr;
+  w.compare_add = length;
+  w.swap = std::uint64_t{mr_lkey} << 32 | access;
+  return w;
+}
+
+TEST_CASE("nic: a type 2 window bound by a WQE opens its range to the peer until LOCAL_INV closes it") {
+  Pair p;
+  std::vector<std::uint8_t> a_mem(64), b_mem(4096, 0);
+  std::iota(a_mem.begin(), a_mem.end(), std::uint8_t{1});
+  const Registration ra = reg_mr(p.a.user, p.da, a_mem, IBV_ACCESS_LOCAL_WRITE);
+  const Registration rb = reg_mr(p.b.user, p.db, b_mem, kRemoteRw | IBV_ACCESS_MW_BIND);
+  const Message alloc = p.b.user.call(MessageType::AllocMw, {p.db.pd, IBV_MW_TYPE_2});
+  REQUIRE(alloc.words[0] == 0);
+  const auto handle = static_cast<std::uint32_t>(alloc.words[field::kMwHandle]);
+  const auto first = static_cast<std::uint32_t>(alloc.words[field::kMwRkey]);
+  CHECK(p.b.user.call(MessageType::AllocMw, {p.db.pd, 3}).words[0] == EINVAL);
+  const std::uint32_t key = (first & ~0xFFu) | ((first + 1) & 0xFFu);
+  const std::uint64_t window = address_of(b_mem) + 1024;
+  p.qb->post_send(bind_wqe(5, first, key, rb.lkey, window, 512, IBV_ACCESS_REMOTE_WRITE));
+  exchange(p.a, p.b);
+  auto done = p.qb->poll();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status == IBV_WC_SUCCESS);
+  CHECK(done[0].opcode == IBV_WC_BIND_MW);
+  CHECK(done[0].wr_id == 5);
+
+  // The region and the PD are held while the window stands.
+  CHECK(p.b.user.call(MessageType::DeregMr, {rb.lkey}).words[0] == EINVAL);
+  CHECK(p.b.user.call(MessageType::DeallocPd, {p.db.pd}).words[0] == EBUSY);
+
+  SendWqe write = wqe_for(1, rocev2::WrOpcode::RdmaWrite, a_mem, 64, ra.lkey);
+  write.remote_addr = window + 16;
+  write.rkey = key;
+  p.qa->post_send(write);
+  exchange(p.a, p.b);
+  done = p.qa->poll();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status == IBV_WC_SUCCESS);
+  CHECK(std::equal(a_mem.begin(), a_mem.end(), b_mem.begin() + 1024 + 16));
+
+  SendWqe inv{};
+  inv.wr_id = 6;
+  inv.opcode = static_cast<std::uint8_t>(rocev2::WrOpcode::LocalInv);
+  inv.send_flags = rocev2::send_flags::kSignaled;
+  inv.invalidate_rkey = key;
+  p.qb->post_send(inv);
+  exchange(p.a, p.b);
+  done = p.qb->poll();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status == IBV_WC_SUCCESS);
+  CHECK(done[0].opcode == IBV_WC_LOCAL_INV);
+
+  std::fill(b_mem.begin(), b_mem.end(), std::uint8_t{0});
+  p.qa->post_send(write);
+  exchange(p.a, p.b);
+  done = p.qa->poll();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status == IBV_WC_REM_ACCESS_ERR);
+  CHECK(std::all_of(b_mem.begin(), b_mem.end(), [](std::uint8_t v) { return v == 0; }));
+
+  CHECK(p.a.user.call(MessageType::DeallocMw, {handle}).words[0] == EINVAL);  // not A's
+  CHECK(p.b.user.call(MessageType::DeallocMw, {handle}).words[0] == 0);
+  CHECK(p.b.user.call(MessageType::DeregMr, {rb.lkey}).words[0] == 0);
+}
+
+TEST_CASE("nic: a refused bind completes with MW_BIND_ERR and takes the QP to error") {
+  Pair p;
+  std::vector<std::uint8_t> b_mem(4096, 0);
+  const Registration rb = reg_mr(p.b.user, p.db, b_mem, kRemoteRw);  // no MW_BIND
+  const Message alloc = p.b.user.call(MessageType::AllocMw, {p.db.pd, IBV_MW_TYPE_1});
+  REQUIRE(alloc.words[0] == 0);
+  const auto first = static_cast<std::uint32_t>(alloc.words[field::kMwRkey]);
+  p.qb->post_send(bind_wqe(9, first, first + 1, rb.lkey, address_of(b_mem), 64, IBV_ACCESS_REMOTE_READ));
+  exchange(p.a, p.b);
+  const auto done = p.qb->poll();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status == IBV_WC_MW_BIND_ERR);
+  CHECK(done[0].opcode == IBV_WC_BIND_MW);
+  CHECK(p.b.user.call(MessageType::QueryQp, {p.qb->handle, IBV_QP_STATE}).words[field::kModState] == IBV_QPS_ERR);
 }
 
 }  // namespace

@@ -144,6 +144,7 @@ struct DeviceAttributes {  // the ibv_device_attr fields the daemon reports
   std::uint32_t max_cq = 0, max_cqe = 0, max_mr = 0, max_pd = 0;
   std::uint32_t max_qp_rd_atom = 0, max_qp_init_rd_atom = 0, atomic_cap = 0;
   std::uint32_t max_srq = 0, max_srq_wr = 0, max_srq_sge = 0, max_ah = 0;
+  std::uint32_t max_mw = 0;
 };
 
 struct PortAttributes {  // the ibv_port_attr fields the daemon reports

@@ -350,6 +350,7 @@ int Context::query_device(DeviceAttributes& out) {
   out.max_srq_wr = word(field::kMaxSrqWr);
   out.max_srq_sge = word(field::kMaxSrqSge);
   out.max_ah = word(field::kMaxAh);
+  out.max_mw = word(field::kMaxMw);
   return 0;
 }
 
@@ -410,18 +411,22 @@ int ProtectionDomain::destroy() {
 }
 
 Result<std::shared_ptr<MemoryRegion>> ProtectionDomain::register_memory(void* address, std::size_t length,
-                                                                        std::uint32_t access) {
+                                                                        std::uint32_t access,
+                                                                        std::optional<std::uint64_t> iova) {
+  constexpr std::uint32_t kZeroBased = 1u << 5;  // IBV_ACCESS_ZERO_BASED
+  const std::uint64_t base = iova.value_or((access & kZeroBased) != 0 ? 0 : reinterpret_cast<std::uintptr_t>(address));
   control::Message request = context_->new_request(MessageType::RegMr);
   request.words[field::kMrPd] = handle_;
   request.words[field::kMrAddress] = reinterpret_cast<std::uintptr_t>(address);
   request.words[field::kMrLength] = length;
   request.words[field::kMrAccess] = access;
+  request.words[field::kMrIova] = base;
   control::Message reply;
   if (const int error = context_->call(request, {}, reply); error != 0) return {error, nullptr};
   const MemoryRegion::Keys keys{handle_word(reply.words[field::kMrHandle]),
                                 static_cast<std::uint32_t>(reply.words[field::kMrLkey]),
                                 static_cast<std::uint32_t>(reply.words[field::kMrRkey])};
-  return {0, std::make_shared<MemoryRegion>(shared_from_this(), address, length, access, keys)};
+  return {0, std::make_shared<MemoryRegion>(shared_from_this(), address, length, access, base, keys)};
 }
 
 Result<std::shared_ptr<AddressHandle>> ProtectionDomain::create_ah(const AhAttributes& attributes) {
@@ -438,7 +443,52 @@ Result<std::shared_ptr<AddressHandle>> ProtectionDomain::create_ah(const AhAttri
   return {0, std::make_shared<AddressHandle>(shared_from_this(), handle_word(reply.words[field::kHandle]), attributes)};
 }
 
+Result<std::shared_ptr<MemoryWindow>> ProtectionDomain::alloc_mw(std::uint32_t type) {
+  control::Message request = context_->new_request(MessageType::AllocMw);
+  request.words[field::kMwPd] = handle_;
+  request.words[field::kMwType] = type;
+  control::Message reply;
+  if (const int error = context_->call(request, {}, reply); error != 0) return {error, nullptr};
+  return {0, std::make_shared<MemoryWindow>(shared_from_this(), handle_word(reply.words[field::kMwHandle]), type,
+                                            static_cast<std::uint32_t>(reply.words[field::kMwRkey]))};
+}
+
+MemoryWindow::~MemoryWindow() { destroy(); }
+
+int MemoryWindow::destroy() {
+  if (destroyed_.exchange(true)) return 0;
+  const int error = destroy_handle(pd_->context(), MessageType::DeallocMw, handle_);
+  if (error != 0 && error != EIO) destroyed_ = false;
+  return error;
+}
+
 MemoryRegion::~MemoryRegion() { destroy(); }
+
+int MemoryRegion::reregister(std::uint32_t flags, std::shared_ptr<ProtectionDomain> pd, void* address,
+                             std::size_t length, std::uint32_t access) {
+  constexpr std::uint32_t kChangeTranslation = 1u << 0, kChangePd = 1u << 1, kChangeAccess = 1u << 2;
+  constexpr std::uint32_t kZeroBased = 1u << 5;  // IBV_ACCESS_ZERO_BASED
+  if ((flags & kChangePd) != 0 && (pd == nullptr || &pd->context() != &pd_->context())) return EINVAL;
+  control::Message request = pd_->context().new_request(MessageType::ReregMr);
+  request.words[field::kReregMr] = keys_.handle;
+  request.words[field::kReregFlags] = flags;
+  request.words[field::kReregPd] = (flags & kChangePd) != 0 ? pd->handle() : 0;
+  request.words[field::kReregAddress] = reinterpret_cast<std::uintptr_t>(address);
+  request.words[field::kReregLength] = length;
+  request.words[field::kReregAccess] = access;
+  control::Message reply;
+  if (const int error = pd_->context().call(request, {}, reply); error != 0) return error;
+  if ((flags & kChangePd) != 0) pd_ = std::move(pd);
+  if ((flags & kChangeAccess) != 0) access_ = access;
+  if ((flags & kChangeTranslation) != 0) {
+    address_ = address;
+    length_ = length;
+    iova_ = (access_ & kZeroBased) != 0 ? 0 : reinterpret_cast<std::uintptr_t>(address);
+  }
+  keys_.lkey = static_cast<std::uint32_t>(reply.words[field::kReregLkey]);
+  keys_.rkey = static_cast<std::uint32_t>(reply.words[field::kReregRkey]);
+  return 0;
+}
 
 int MemoryRegion::destroy() {
   if (destroyed_.exchange(true)) return 0;

@@ -147,6 +147,7 @@ class CompletionQueue;
 class QueuePair;
 class SharedReceiveQueue;
 class AddressHandle;
+class MemoryWindow;
 
 // ---------------------------------------------------------------------------------------
 // Context: one connection to one vnic's daemon (ibv_open_device)
@@ -265,8 +266,12 @@ class ProtectionDomain : public std::enable_shared_from_this<ProtectionDomain> {
   Context& context() const { return *context_; }
   std::uint32_t handle() const { return handle_; }
 
-  // ibv_reg_mr: the memory [address, address + length) of this process.
-  Result<std::shared_ptr<MemoryRegion>> register_memory(void* address, std::size_t length, std::uint32_t access);
+  // ibv_reg_mr: the memory [address, address + length) of this process. ibv_reg_mr_iova:
+  // WQEs and RETHs name its first byte `iova` (default: the address; 0 with ZERO_BASED).
+  Result<std::shared_ptr<MemoryRegion>> register_memory(void* address, std::size_t length, std::uint32_t access,
+                                                        std::optional<std::uint64_t> iova = std::nullopt);
+  // ibv_alloc_mw: `type` is IBV_MW_TYPE_1 or IBV_MW_TYPE_2.
+  Result<std::shared_ptr<MemoryWindow>> alloc_mw(std::uint32_t type);
   // ibv_create_qp. `init.cap` comes back as the QP has it (QueuePair::capabilities()).
   Result<std::shared_ptr<QueuePair>> create_qp(const QpInit& init);
   // ibv_create_srq.
@@ -289,8 +294,8 @@ class MemoryRegion {
     std::uint32_t handle = 0, lkey = 0, rkey = 0;
   };
   MemoryRegion(std::shared_ptr<ProtectionDomain> pd, void* address, std::size_t length, std::uint32_t access,
-               Keys keys)
-      : pd_(std::move(pd)), address_(address), length_(length), access_(access), keys_(keys) {}
+               std::uint64_t iova, Keys keys)
+      : pd_(std::move(pd)), address_(address), length_(length), access_(access), iova_(iova), keys_(keys) {}
   MemoryRegion(const MemoryRegion&) = delete;
   MemoryRegion& operator=(const MemoryRegion&) = delete;
   ~MemoryRegion();
@@ -302,7 +307,13 @@ class MemoryRegion {
   std::uint32_t handle() const { return keys_.handle; }
   std::uint32_t lkey() const { return keys_.lkey; }
   std::uint32_t rkey() const { return keys_.rkey; }
+  std::uint64_t iova() const { return iova_; }
 
+  // ibv_rereg_mr: `flags` are enum ibv_rereg_mr_flags; what a flag does not name keeps its
+  // value. On success the region has the daemon's keys (the same ones: it keeps them).
+  // Not thread-safe against readers of this region's fields, as ibv_rereg_mr is not.
+  int reregister(std::uint32_t flags, std::shared_ptr<ProtectionDomain> pd, void* address, std::size_t length,
+                 std::uint32_t access);
   int destroy();  // ibv_dereg_mr
 
  private:
@@ -310,7 +321,33 @@ class MemoryRegion {
   void* address_ = nullptr;
   std::size_t length_ = 0;
   std::uint32_t access_ = 0;
+  std::uint64_t iova_ = 0;
   Keys keys_;
+  std::atomic<bool> destroyed_{false};
+};
+
+// A memory window (IBA 10.6.7). Binding it is a work request (SendWr with IBV_WR_BIND_MW, its
+// fields as verbs/contract/abi.h maps them); the daemon keeps its current R_Key, this object
+// only the one alloc_mw gave.
+class MemoryWindow {
+ public:
+  MemoryWindow(std::shared_ptr<ProtectionDomain> pd, std::uint32_t handle, std::uint32_t type, std::uint32_t rkey)
+      : pd_(std::move(pd)), handle_(handle), type_(type), rkey_(rkey) {}
+  MemoryWindow(const MemoryWindow&) = delete;
+  MemoryWindow& operator=(const MemoryWindow&) = delete;
+  ~MemoryWindow();
+
+  ProtectionDomain& pd() const { return *pd_; }
+  std::uint32_t handle() const { return handle_; }
+  std::uint32_t type() const { return type_; }
+  std::uint32_t initial_rkey() const { return rkey_; }
+  int destroy();  // ibv_dealloc_mw
+
+ private:
+  std::shared_ptr<ProtectionDomain> pd_;
+  std::uint32_t handle_ = 0;
+  std::uint32_t type_ = 0;
+  std::uint32_t rkey_ = 0;
   std::atomic<bool> destroyed_{false};
 };
 

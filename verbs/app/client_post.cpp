@@ -21,8 +21,9 @@ using control::MessageType;
 
 namespace {
 
+// READs, atomics, FLUSH and ATOMIC_WRITE have no payload to take inline.
 bool is_read_or_atomic(std::uint32_t opcode) {
-  return rocev2::wr_opcode_info(static_cast<rocev2::WrOpcode>(opcode)).needs_response_data();
+  return rocev2::wr_opcode_info(static_cast<rocev2::WrOpcode>(opcode)).holds_responder_resource();
 }
 // Copies the payload of an inline WR out of the application's buffers now, as
 // IBV_SEND_INLINE promises: the buffers may be reused as soon as post_send returns.

@@ -35,20 +35,44 @@ const char* to_string(WqeError error) {
     case WqeError::AtomicNotOneWord: return "atomic needs one 8-byte scatter/gather entry";
     case WqeError::AtomicMisaligned: return "atomic remote address not 8-byte aligned";
     case WqeError::ReservedNotZero: return "reserved field not zero";
+    case WqeError::SgesNotAllowed: return "FLUSH and ATOMIC_WRITE take no scatter/gather entries";
+    case WqeError::FlushFieldsTooWide: return "FLUSH type or level does not fit the FETH";
   }
   return "unknown WQE error";
 }
+
+namespace {
+
+// IBA 1.5 A19 requests carry their operands in the WQE (abi.h). The responder checks the
+// rest (alignment, a defined type and level) and NAKs as rxe does, so that a peer's answer
+// and ours agree; here only what cannot be put on the wire is refused.
+WqeCheck check_placement(const SendWqe& wqe, const rocev2::WrOpcodeInfo& op) {
+  if (wqe.num_sge != 0) return {WqeError::SgesNotAllowed, 0};
+  if (op.atomic_write) return {WqeError::None, 8};
+  if (flush_type_of(wqe.swap) > 0xF || flush_level_of(wqe.swap) > 0x3 || (wqe.swap >> 16) != 0)
+    return {WqeError::FlushFieldsTooWide, 0};
+  if (wqe.compare_add > kMaxMessageSize) return {WqeError::MessageTooLong, 0};
+  return {WqeError::None, 0};
+}
+
+}  // namespace
 
 WqeCheck check_send_wqe(const SendWqe& wqe, rocev2::QpType qp_type) {
   const rocev2::WrOpcodeInfo& op = rocev2::wr_opcode_info(static_cast<WrOpcode>(wqe.opcode));
   if (!op.implemented) return {WqeError::UnknownOpcode, 0};
   if (!op.allowed_on(qp_type)) return {WqeError::OpcodeNotForQpType, 0};
   if ((wqe.send_flags & ~kKnownSendFlags) != 0) return {WqeError::UnknownSendFlags, 0};
+  if (op.local) {
+    // A local operation has no payload: inline data on one is a malformed request.
+    if ((wqe.send_flags & rocev2::send_flags::kInline) != 0) return {WqeError::InlineNotAllowed, 0};
+    return {WqeError::None, 0};
+  }
   if ((wqe.send_flags & rocev2::send_flags::kInline) != 0) {
-    if (op.needs_response_data()) return {WqeError::InlineNotAllowed, 0};
+    if (op.holds_responder_resource()) return {WqeError::InlineNotAllowed, 0};
     if (wqe.inline_length > kMaxInlineData) return {WqeError::InlineTooLong, 0};
     return {WqeError::None, wqe.inline_length};
   }
+  if (op.empty_read_response()) return check_placement(wqe, op);
   const WqeCheck sum = sum_sges(wqe.sge, wqe.num_sge);
   if (sum.error != WqeError::None || !op.atomic) return sum;
   if (wqe.num_sge != 1 || sum.length != 8) return {WqeError::AtomicNotOneWord, 0};

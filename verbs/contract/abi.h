@@ -33,6 +33,17 @@ static_assert(sizeof(WqeSge) == 16);
 
 // One ibv_post_send() work request. With IBV_SEND_INLINE the payload is inline_data's first
 // inline_length bytes (copied at post time) and the SGEs are ignored.
+//
+// IBA 1.5 Annex A19, posted by ibv_wr_atomic_write / ibv_wr_flush (no SGEs, never inline):
+// ATOMIC_WRITE: compare_add holds its 8 bytes as they lay in the poster's memory.
+// FLUSH: compare_add is the length of the range, swap the FETH's fields: the placement type
+// in bits 7:0 and the selectivity level in bits 15:8 (ibv_wr_flush(3)'s type and level).
+//
+// The local operations carry no payload and reuse fields (their SGEs are ignored):
+//   LOCAL_INV  invalidate_rkey = the R_Key to invalidate
+//   BIND_MW    invalidate_rkey = the window's current R_Key, rkey = its new R_Key,
+//              remote_addr = the address bound, compare_add = the length bound,
+//              swap = the region's L_Key << 32 | the window's access flags (IBV_ACCESS_*)
 struct SendWqe {
   std::uint64_t wr_id;
   std::uint32_t send_flags;       // IBV_SEND_* (rocev2::send_flags)
@@ -134,17 +145,19 @@ static_assert(sizeof(AsyncEventEntry) == 16);
 // malformed WQE.
 enum class WqeError : std::uint8_t {
   None,
-  UnknownOpcode,          // not an IBV_WR_* we implement (LOCAL_INV, BIND_MW, TSO...)
+  UnknownOpcode,          // not an IBV_WR_* we implement (TSO, DRIVER1, FLUSH...)
   OpcodeNotForQpType,     // e.g. RDMA WRITE on UD, READ on UC
   UnknownSendFlags,       // a bit outside FENCE | SIGNALED | SOLICITED | INLINE
   TooManySges,            // num_sge > kMaxSge
   InlineTooLong,          // inline_length > kMaxInlineData
-  InlineNotAllowed,       // INLINE on READ or atomics (nothing to carry out)
+  InlineNotAllowed,       // INLINE on READ, atomics or local operations (nothing to carry out)
   MessageTooLong,         // the SGE lengths sum past kMaxMessageSize
   AtomicNotOneWord,       // atomics need exactly one SGE of 8 bytes
   AtomicMisaligned,       // remote_addr of an atomic not 8-byte aligned (IBA ch. 9: a naturally
                           // aligned 64-bit word)
   ReservedNotZero,        // RecvWqe.reserved
+  SgesNotAllowed,         // FLUSH and ATOMIC_WRITE name no local memory
+  FlushFieldsTooWide,     // FLUSH: a type or level the FETH cannot carry (4 and 2 bits)
 };
 const char* to_string(WqeError error);
 
@@ -154,6 +167,13 @@ struct WqeCheck {
 };
 
 WqeCheck check_send_wqe(const SendWqe& wqe, rocev2::QpType qp_type);
+
+// FLUSH's fields in SendWqe.swap.
+constexpr std::uint64_t flush_fields(std::uint8_t type, std::uint8_t level) {
+  return std::uint64_t{type} | std::uint64_t{level} << 8;
+}
+constexpr std::uint8_t flush_type_of(std::uint64_t swap) { return static_cast<std::uint8_t>(swap & 0xFF); }
+constexpr std::uint8_t flush_level_of(std::uint64_t swap) { return static_cast<std::uint8_t>((swap >> 8) & 0xFF); }
 WqeCheck check_recv_wqe(const RecvWqe& wqe);
 
 }  // namespace rrdma::verbs

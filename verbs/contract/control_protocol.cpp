@@ -42,6 +42,9 @@ constexpr std::array<TypeShapes, kMessageTypeCount> kShapes{{
     {MessageType::ResizeCq, "resize_cq", {kResizeCqWords, 1}, {kStatusReplyWords, 0}},
     {MessageType::ModifySrq, "modify_srq", {kModifySrqWords, 0}, {kStatusReplyWords, 0}},
     {MessageType::QuerySrq, "query_srq", {kQuerySrqWords, 0}, {kQuerySrqReplyWords, 0}},
+    {MessageType::ReregMr, "rereg_mr", {kReregMrWords, 0}, {kReregMrReplyWords, 0}},
+    {MessageType::AllocMw, "alloc_mw", {kAllocMwWords, 0}, {kAllocMwReplyWords, 0}},
+    {MessageType::DeallocMw, "dealloc_mw", {kDestroyWords, 0}, {kStatusReplyWords, 0}},
 }};
 
 // Types are numbered 1..kMessageTypeCount in table order.

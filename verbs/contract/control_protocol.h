@@ -24,7 +24,9 @@ namespace rrdma::verbs::control {
 inline constexpr std::uint32_t kMagic = 0x89525643;  // 0x89 'R' 'V' 'C'
 // 2: open_device carries the process's memory handle (/proc/self/mem), the only way the
 // daemon reaches an application's memory (docs/SECURITY.md).
-inline constexpr std::uint16_t kVersion = 2;
+// 3: reg_mr carries the region's IOVA; rereg_mr.
+// 4: alloc_mw, dealloc_mw; query_device answers max_mw.
+inline constexpr std::uint16_t kVersion = 4;
 inline constexpr std::size_t kHeaderLength = 16;
 inline constexpr std::size_t kMaxBodyWords = 32;
 inline constexpr std::size_t kMaxFrameLength = kHeaderLength + kMaxBodyWords * 8;
@@ -56,9 +58,12 @@ enum class MessageType : std::uint16_t {
   ResizeCq = 19,
   ModifySrq = 20,
   QuerySrq = 21,
+  ReregMr = 22,
+  AllocMw = 23,
+  DeallocMw = 24,
 };
 // Types are numbered 1..kMessageTypeCount.
-inline constexpr std::uint16_t kMessageTypeCount = 21;
+inline constexpr std::uint16_t kMessageTypeCount = 24;
 
 // What a frame of one (type, direction) must carry.
 struct MessageShape {
@@ -88,7 +93,7 @@ enum QueryDevice : std::size_t { kQueryDeviceContext, kQueryDeviceWords };
 enum QueryDeviceReply : std::size_t {
   kDevStatus, kMaxMrSize, kPageSizeCap, kMaxQp, kMaxQpWr, kDeviceCapFlags, kMaxSge, kMaxCq,
   kMaxCqe, kMaxMr, kMaxPd, kMaxQpRdAtom, kMaxQpInitRdAtom, kAtomicCap, kMaxSrq, kMaxSrqWr,
-  kMaxSrqSge, kMaxAh, kQueryDeviceReplyWords
+  kMaxSrqSge, kMaxAh, kMaxMw, kQueryDeviceReplyWords
 };
 enum QueryPort : std::size_t { kQueryPortContext, kPortNum, kQueryPortWords };
 enum QueryPortReply : std::size_t {
@@ -104,8 +109,20 @@ enum Destroy : std::size_t { kDestroyHandle, kDestroyWords };
 enum StatusReply : std::size_t { kOnlyStatus, kStatusReplyWords };
 // The MR lives in the application; the daemon reaches it through the memory handle that
 // open_device brought (verbs/device/process_dma.h), so no fd travels.
-enum RegMr : std::size_t { kMrPd, kMrAddress, kMrLength, kMrAccess, kRegMrWords };
+// iova: the address WQEs and RETHs name the region's first byte by (ibv_reg_mr_iova; the
+// client sends `address` for ibv_reg_mr, 0 for IBV_ACCESS_ZERO_BASED).
+enum RegMr : std::size_t { kMrPd, kMrAddress, kMrLength, kMrAccess, kMrIova, kRegMrWords };
 enum RegMrReply : std::size_t { kMrStatus, kMrHandle, kMrLkey, kMrRkey, kRegMrReplyWords };
+// ibv_rereg_mr: flags are enum ibv_rereg_mr_flags; pd, address + length and access count only
+// when their flag is set. The reply's keys are the region's keys afterwards.
+enum ReregMr : std::size_t {
+  kReregMr, kReregFlags, kReregPd, kReregAddress, kReregLength, kReregAccess, kReregMrWords
+};
+enum ReregMrReply : std::size_t { kReregStatus, kReregLkey, kReregRkey, kReregMrReplyWords };
+// ibv_alloc_mw: type is enum ibv_mw_type (1 or 2). The reply's handle names the window for
+// dealloc_mw; its R_Key is the window's first (a bind changes the low byte).
+enum AllocMw : std::size_t { kMwPd, kMwType, kAllocMwWords };
+enum AllocMwReply : std::size_t { kMwStatus, kMwHandle, kMwRkey, kAllocMwReplyWords };
 // fds: the ring memfd, the doorbell eventfd.
 enum CreateCq : std::size_t { kCqContext, kCqEntries, kCqRingBytes, kCreateCqWords };
 // fds: the SQ ring memfd, the RQ ring memfd (unused, -1 not allowed: see docs, with an SRQ

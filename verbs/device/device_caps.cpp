@@ -24,9 +24,12 @@ ibv_device_attr device_attributes() {
   a.vendor_id = 0;         // no IEEE OUI of our own
   a.max_qp = static_cast<int>(kMaxQp);
   a.max_qp_wr = static_cast<int>(kMaxQpWr);
-  // Only what the engine does: it sends RNR NAKs when no receive is posted. No RESIZE_MAX_WR,
+  // Only what the engine does: it sends RNR NAKs when no receive is posted, and binds memory
+  // windows of type 1 and type 2B (a type 2 window is used through the QP that bound it, as
+  // rxe's are; kernel 6.1's rxe also claims 2A, later kernels dropped it). No RESIZE_MAX_WR,
   // no AUTO_PATH_MIG (no alternate paths), no SRQ resize or CQ notify-N until they are built.
-  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
+  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  a.max_mw = static_cast<int>(kMaxMw);
   a.max_sge = static_cast<int>(kMaxSgePerWr);
   a.max_sge_rd = static_cast<int>(kMaxSgePerWr);
   a.max_cq = static_cast<int>(kMaxCq);

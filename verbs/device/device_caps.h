@@ -26,6 +26,8 @@ inline constexpr std::uint32_t kMaxSrqSge = kMaxSge;
 inline constexpr std::uint32_t kMaxInline = kMaxInlineData;
 // MRs: the MR table's 16-bit index, index 0 unused (verbs/device/mr_table.h).
 inline constexpr std::uint32_t kMaxMr = static_cast<std::uint32_t>(MrTable::kMaxRegions);
+// Memory windows take their slots from the same table: regions and windows together.
+inline constexpr std::uint32_t kMaxMw = kMaxMr;
 // One MR's length: a message is at most 2^31 bytes (abi.h); an MR may be larger than a
 // message, but process_vm_readv/writev move at most SSIZE_MAX per call and we keep MRs to
 // what a 64-bit address space plausibly maps: 2^40 bytes (1 TiB).

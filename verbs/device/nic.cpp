@@ -234,6 +234,7 @@ void Nic::release_qp(Handle handle) {
   if (it == qps_.end()) return;
   Qp& qp = *it->second;
   engine_.destroy_qp(qp.qpn);
+  mrs_.forget_qp(qp.qpn);
   qp_by_qpn_.erase(qp.qpn.value());
   watcher_.unwatch(qp.doorbell.fd());
   watcher_.forget(qp.doorbell.fd());
@@ -263,6 +264,9 @@ Message Nic::dispatch(std::uint64_t client, const Message& m, control::ReceivedF
     case MessageType::DeallocPd: return dealloc_pd(client, m);
     case MessageType::RegMr: return reg_mr(client, m);
     case MessageType::DeregMr: return dereg_mr(client, m);
+    case MessageType::ReregMr: return rereg_mr(client, m);
+    case MessageType::AllocMw: return alloc_mw(client, m);
+    case MessageType::DeallocMw: return dealloc_mw(client, m);
     case MessageType::CreateCq: return create_cq(client, m, fds);
     case MessageType::DestroyCq: return destroy_cq(client, m);
     case MessageType::ResizeCq: return resize_cq(client, m, fds);
@@ -334,6 +338,7 @@ Message Nic::query_device(std::uint64_t client, const Message& m) {
   w[field::kMaxSrqWr] = static_cast<std::uint64_t>(a.max_srq_wr);
   w[field::kMaxSrqSge] = static_cast<std::uint64_t>(a.max_srq_sge);
   w[field::kMaxAh] = static_cast<std::uint64_t>(a.max_ah);
+  w[field::kMaxMw] = static_cast<std::uint64_t>(a.max_mw);
   return answer;
 }
 
@@ -387,6 +392,13 @@ Message Nic::dealloc_pd(std::uint64_t client, const Message& m) {
   return reply(m, static_cast<std::uint64_t>(error));
 }
 
+// The device's max_mr_size bounds every region but an implicit ODP one, which covers the
+// whole address space by definition (ibv_reg_mr(3): addr 0, length SIZE_MAX).
+bool Nic::exceeds_max_mr_size(std::uint64_t addr, std::uint64_t length, std::uint32_t access) {
+  const bool implicit = (access & mr_access::kOnDemand) != 0 && addr == 0 && length == UINT64_MAX;
+  return !implicit && length > caps::kMaxMrSize;
+}
+
 // The MR handle is its L_Key: unique among standing registrations, and the MR table and
 // the registry both know an MR by it.
 Message Nic::reg_mr(std::uint64_t client, const Message& m) {
@@ -400,7 +412,8 @@ Message Nic::reg_mr(std::uint64_t client, const Message& m) {
   request.addr = m.words[field::kMrAddress];
   request.length = m.words[field::kMrLength];
   request.access = static_cast<std::uint32_t>(access);
-  if (request.length > caps::kMaxMrSize) return reply(m, EINVAL);
+  request.iova = m.words[field::kMrIova];
+  if (exceeds_max_mr_size(request.addr, request.length, request.access)) return reply(m, EINVAL);
   const auto memory = client_memory_.find(client);
   if (memory == client_memory_.end()) return reply(m, EINVAL);
   if (const int error = registry_.admit(client, ResourceKind::Mr, 0); error != 0) {
@@ -419,12 +432,79 @@ Message Nic::reg_mr(std::uint64_t client, const Message& m) {
   return answer;
 }
 
+// ibv_rereg_mr: the MR table changes the registration in place (same keys, as rxe); a new PD
+// moves the MR's reference from the old PD to the new one, so that ibv_dealloc_pd of the
+// old PD no longer answers EBUSY because of it.
+Message Nic::rereg_mr(std::uint64_t client, const Message& m) {
+  const std::uint64_t handle = m.words[field::kReregMr];
+  const std::uint64_t flags = m.words[field::kReregFlags];
+  const std::uint64_t pd = m.words[field::kReregPd];
+  const std::uint64_t access = m.words[field::kReregAccess];
+  if (handle > UINT32_MAX || flags > UINT32_MAX || pd > UINT32_MAX || access > UINT32_MAX) return reply(m, EINVAL);
+  const rocev2::Lkey lkey(static_cast<std::uint32_t>(handle));
+  const std::optional<std::uint32_t> old_pd = mrs_.pd_of(client, lkey);
+  if (!old_pd) return reply(m, EINVAL);
+  ReregRequest request{static_cast<std::uint32_t>(flags), static_cast<std::uint32_t>(pd), m.words[field::kReregAddress],
+                       m.words[field::kReregLength], static_cast<std::uint32_t>(access)};
+  const bool new_pd = (request.flags & rereg_flags::kChangePd) != 0;
+  if (new_pd && registry_.check_pd(client, static_cast<Handle>(pd)) != 0) return reply(m, EINVAL);
+  if ((request.flags & rereg_flags::kChangeTranslation) != 0 &&
+      exceeds_max_mr_size(request.addr, request.length, request.access))
+    return reply(m, EINVAL);
+  if (const int error = mrs_.reregister(client, lkey, request); error != 0) {
+    return reply(m, static_cast<std::uint64_t>(error));
+  }
+  if (new_pd && pd != *old_pd) {
+    registry_.remove_mr(client, lkey);
+    registry_.add_mr(client, static_cast<Handle>(pd), lkey);  // the count is unchanged: no quota refusal
+  }
+  Message answer = reply(m, 0);
+  answer.words[field::kReregLkey] = lkey.value();
+  const auto facts = mrs_.find_lkey(lkey);
+  answer.words[field::kReregRkey] = facts ? facts->rkey.value() : 0;
+  return answer;
+}
+
 Message Nic::dereg_mr(std::uint64_t client, const Message& m) {
   const std::uint64_t handle = m.words[field::kDestroyHandle];
   if (handle > UINT32_MAX) return reply(m, EINVAL);
   const rocev2::Lkey lkey(static_cast<std::uint32_t>(handle));
   if (const int error = mrs_.deregister(client, lkey); error != 0) return reply(m, static_cast<std::uint64_t>(error));
   registry_.remove_mr(client, lkey);
+  return reply(m, 0);
+}
+
+// A window counts as a registration of its PD in the registry (so ibv_dealloc_pd answers
+// EBUSY while it stands, as rxe's window holds its PD), known there by its handle.
+Message Nic::alloc_mw(std::uint64_t client, const Message& m) {
+  const std::uint64_t pd = m.words[field::kMwPd];
+  const std::uint64_t type = m.words[field::kMwType];
+  if (pd > UINT32_MAX || registry_.check_pd(client, static_cast<Handle>(pd)) != 0) return reply(m, EINVAL);
+  if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) return reply(m, EINVAL);
+  const auto memory = client_memory_.find(client);
+  if (memory == client_memory_.end()) return reply(m, EINVAL);
+  if (const int error = registry_.admit(client, ResourceKind::Mr, 0); error != 0) {
+    return reply(m, static_cast<std::uint64_t>(error));
+  }
+  const AllocMwResult result =
+      mrs_.alloc_mw(Client{client, memory->second}, static_cast<std::uint32_t>(pd), static_cast<int>(type));
+  if (!result.ok()) return reply(m, static_cast<std::uint64_t>(result.error));
+  if (const int error = registry_.add_mr(client, static_cast<Handle>(pd), rocev2::Lkey(result.handle)); error != 0) {
+    mrs_.dealloc_mw(client, result.handle);
+    return reply(m, static_cast<std::uint64_t>(error));
+  }
+  Message answer = reply(m, 0);
+  answer.words[field::kMwHandle] = result.handle;
+  answer.words[field::kMwRkey] = result.rkey.value();
+  return answer;
+}
+
+Message Nic::dealloc_mw(std::uint64_t client, const Message& m) {
+  const std::uint64_t handle = m.words[field::kDestroyHandle];
+  if (handle > UINT32_MAX) return reply(m, EINVAL);
+  const auto window = static_cast<std::uint32_t>(handle);
+  if (const int error = mrs_.dealloc_mw(client, window); error != 0) return reply(m, static_cast<std::uint64_t>(error));
+  registry_.remove_mr(client, rocev2::Lkey(window));
   return reply(m, 0);
 }
 

@@ -187,6 +187,10 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   control::Message dealloc_pd(std::uint64_t client, const control::Message& m);
   control::Message reg_mr(std::uint64_t client, const control::Message& m);
   control::Message dereg_mr(std::uint64_t client, const control::Message& m);
+  control::Message rereg_mr(std::uint64_t client, const control::Message& m);
+  control::Message alloc_mw(std::uint64_t client, const control::Message& m);
+  control::Message dealloc_mw(std::uint64_t client, const control::Message& m);
+  static bool exceeds_max_mr_size(std::uint64_t addr, std::uint64_t length, std::uint32_t access);
   control::Message create_cq(std::uint64_t client, const control::Message& m, control::ReceivedFds& fds);
   control::Message destroy_cq(std::uint64_t client, const control::Message& m);
   control::Message resize_cq(std::uint64_t client, const control::Message& m, control::ReceivedFds& fds);

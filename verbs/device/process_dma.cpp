@@ -291,4 +291,19 @@ std::optional<std::uint64_t> ProcessDma::fetch_add(const MrFacts& mr, std::uint6
   return original;
 }
 
+bool ProcessDma::atomic_write(const MrFacts& mr, std::uint64_t addr, std::uint64_t value) {
+  if (addr % 8 != 0) {
+    ++counters_.refused;
+    return false;
+  }
+  flush();
+  return write_word(mr, addr, value);  // a local buffer: never queued, one pwrite
+}
+
+bool ProcessDma::place_writes(const MrFacts& mr) {
+  const bool none_lost = flush();
+  const std::optional<DmaTarget> target = table_.dma_target(mr, mr.base, 0);
+  return none_lost && target && !known_lost(target->memory);
+}
+
 }  // namespace rrdma::verbs

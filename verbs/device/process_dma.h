@@ -69,6 +69,17 @@ class ProcessDma final : public rocev2::Dma {
                                             std::uint64_t compare, std::uint64_t swap) override;
   std::optional<std::uint64_t> fetch_add(const rocev2::MrFacts& mr, std::uint64_t addr,
                                          std::uint64_t add) override;
+  // ATOMIC_WRITE: the queued writes first (the annex orders it after them), then the 8 bytes
+  // in one pwrite of their own, never combined: /proc/PID/mem copies a write through a
+  // bounce buffer in pieces that start at the write's offset, so 8 aligned bytes sharing a
+  // pwritev with an unaligned run before them could be split in two copies. Alone, they are
+  // one copy into one page; whether the owner's CPUs can see a torn word mid-copy is the
+  // kernel's memcpy's business (docs/VERBS_MEMORY.md).
+  bool atomic_write(const rocev2::MrFacts& mr, std::uint64_t addr, std::uint64_t value) override;
+  // FLUSH: the queued writes land (pwrite returns once the bytes are in the owner's pages,
+  // which are then coherent for its CPUs); true if none was lost and `mr`'s address space
+  // still stands. There is no persistent memory behind any MR (docs/VERBS_MEMORY.md).
+  bool place_writes(const rocev2::MrFacts& mr) override;
 
   // Scatter/gather: `out` / `in` is the concatenation of `pieces` (its size must be their
   // total length). Every piece is checked before the first byte moves; pieces that continue

@@ -85,8 +85,11 @@ constexpr int kKnownMask = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC
                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MIG_STATE | IBV_QP_CAP |
                            IBV_QP_DEST_QPN | IBV_QP_RATE_LIMIT;
 
-constexpr unsigned kQpAccessFlags =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+// With the FLUSH placement types a responder QP grants (IBA 1.5 A19; rxe's responder checks
+// qp_access_flags for them: IBV_ACCESS_FLUSH_GLOBAL / _PERSISTENT, rdma-core 45 on).
+constexpr unsigned kQpAccessFlags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                    IBV_ACCESS_REMOTE_ATOMIC | rocev2::access::kFlushGlobal |
+                                    rocev2::access::kFlushPersistent;
 constexpr std::uint32_t kPsnMask = 0xFF'FFFF;  // PSNs and QPNs are 24-bit (IBA 9.2 BTH)
 
 // An enum field as the integer the caller stored. ibv_qp_attr comes from another process, so

@@ -12,6 +12,9 @@ using rocev2::WrOpcode;
 
 namespace {
 
+// ConnectX's RoCE packet type for an IPv4 header (to_cqe).
+constexpr std::uint8_t kRocePacketTypeIpv4 = 2;
+
 // The WQE and the CQE hold the immediate as ibv_send_wr and ibv_wc do: a __be32, its bytes in
 // memory in network order (abi.h). The engine's is the number whose big-endian bytes are the
 // ImmDt on the wire (rocev2/wire.h). Copying one into the other reversed the bytes on the wire
@@ -53,8 +56,24 @@ rocev2::SendWr to_send_wr(const SendWqe& wqe) {
   wr.rkey = rocev2::Rkey(wqe.rkey);
   wr.compare_add = wqe.compare_add;
   wr.swap = wqe.swap;
+  if (wr.opcode == WrOpcode::Flush) {
+    // check_send_wqe bounds these: the length to 2^31, the type and level to the FETH's bits.
+    wr.flush_length = static_cast<std::uint32_t>(std::min<std::uint64_t>(wqe.compare_add, kMaxMessageSize));
+    wr.flush_type = flush_type_of(wqe.swap);
+    wr.flush_level = flush_level_of(wqe.swap);
+  }
   wr.ud_remote_qpn = rocev2::Qpn(wqe.remote_qpn);
   wr.ud_remote_qkey = rocev2::Qkey(wqe.remote_qkey);
+  if (wr.opcode == WrOpcode::BindMw) {  // the field mapping of abi.h
+    wr.bind.mw_rkey = rocev2::Rkey(wqe.invalidate_rkey);
+    wr.bind.new_rkey = rocev2::Rkey(wqe.rkey);
+    wr.bind.mr_lkey = rocev2::Lkey(static_cast<std::uint32_t>(wqe.swap >> 32));
+    wr.bind.addr = wqe.remote_addr;
+    wr.bind.length = wqe.compare_add;
+    wr.bind.access = static_cast<std::uint32_t>(wqe.swap);
+    wr.sg_list.clear();
+  }
+  if (wr.opcode == WrOpcode::LocalInv) wr.sg_list.clear();
   return wr;
 }
 
@@ -78,7 +97,14 @@ Cqe to_cqe(const rocev2::Completion& c) {
   cqe.qp_num = c.qpn.value();
   cqe.src_qp = c.src_qp.value();
   cqe.wc_flags = c.flags;
-  // RoCE has no LIDs or SLs and we have one P_Key (index 0): ibv_wc's IB fields stay 0.
+  // RoCE has no LIDs and we have one P_Key (index 0): those IB fields stay 0. The SL of a
+  // completion whose GRH area holds an IP header carries the RoCE packet type as ConnectX
+  // reports it (its PRM: bits 2:0 are the L3 header type, 2 = IPv4), because UCX's UD
+  // transport (before 1.18, openucx/ucx#10209) takes the GID's length from it: with SL 0, as
+  // rxe leaves it, UCX reads an IPv6 destination GID out of an IPv4 header and silently drops
+  // every packet. Our GIDs are all IPv4; nothing else reads an SL on RoCE (ibv_init_ah_from_wc
+  // copies it into an address vector whose SL the vnic ignores). docs/IBVERBS.md.
+  if ((c.flags & rocev2::wc_flags::kGrh) != 0) cqe.sl = kRocePacketTypeIpv4;
   return cqe;
 }
 

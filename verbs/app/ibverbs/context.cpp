@@ -3,11 +3,15 @@
 // (client::Context); its ibv_context is the last member of a verbs_context, as verbs.h's
 // verbs_get_ctx() expects, with the data-path ops filled.
 #include <endian.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "verbs/app/ibverbs/shim.h"
+#include "verbs/app/sysfs_view.h"
 
 namespace rrdma::ibverbs {
 namespace {
@@ -27,17 +31,39 @@ ibv_port_attr port_attributes(const verbs::PortAttributes& port, std::uint32_t m
   out.pkey_tbl_len = static_cast<std::uint16_t>(port.pkey_tbl_len);
   out.max_vl_num = 1;
   // A RoCE port has no subnet manager, no LID; width and speed are nominal (1X, 2.5 Gb/s):
-  // the real rate is whatever the daemon reaches.
-  out.active_width = 1;
-  out.active_speed = 1;
-  out.phys_state = port.active() ? 5 : 3;  // IBA 14.2.5.6: 5 LinkUp, 3 Disabled
+  // the real rate is whatever the daemon reaches. The sysfs view shows the same values.
+  const verbs::sysfs::PortExtras extras = verbs::sysfs::port_extras(port);
+  out.active_width = extras.active_width;
+  out.active_speed = extras.active_speed;
+  out.phys_state = extras.phys_state;
   out.link_layer = static_cast<std::uint8_t>(port.link_layer);
-  out.port_cap_flags = 0;
+  out.port_cap_flags = extras.port_cap_flags;
   return out;
+}
+
+// rdma-core's cmd_fd is the uverbs character device; programs pass it to ibv_import_device
+// (in another process too), poll it or close it. Ours is an empty memfd: a real descriptor,
+// so those calls meet our EOPNOTSUPP rather than EBADF, reads see end of file, poll says
+// ready, and closing it takes nothing from the context (the daemon connection is elsewhere).
+int open_command_fd(ContextState& state) {
+  state.cmd_fd = ::memfd_create("rrdma-vnic-cmd", MFD_CLOEXEC);
+  if (state.cmd_fd < 0) return errno;
+  struct stat st {};
+  if (::fstat(state.cmd_fd, &st) != 0) return errno;
+  state.cmd_fd_dev = st.st_dev;
+  state.cmd_fd_ino = st.st_ino;
+  return 0;
+}
+
+void close_command_fd(const ContextState& state) {
+  struct stat st {};
+  if (state.cmd_fd < 0 || ::fstat(state.cmd_fd, &st) != 0) return;
+  if (st.st_dev == state.cmd_fd_dev && st.st_ino == state.cmd_fd_ino) ::close(state.cmd_fd);
 }
 
 // Closed on any error of ibv_open_device.
 void free_context(ContextBox* box) {
+  close_command_fd(*box->state);
   pthread_mutex_destroy(&box->vctx.context.mutex);
   delete box->state;
   delete box;
@@ -80,14 +106,20 @@ RRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   ibv_context& context = vctx.context;
   context.device = device;
   fill_context_ops(context.ops);
-  context.cmd_fd = -1;  // no uverbs char device
+  fill_mw_ops(context.ops);
   context.async_fd = box->state->client->async_fd();
   context.num_comp_vectors = 1;
   context.abi_compat = __VERBS_ABI_IS_EXTENDED;
   if (pthread_mutex_init(&context.mutex, nullptr) != 0) {
-    free_context(box);
+    delete box->state;
+    delete box;
     return fail_null<ibv_context>(ENOMEM);
   }
+  if (const int error = open_command_fd(*box->state); error != 0) {
+    free_context(box);
+    return fail_null<ibv_context>(error);
+  }
+  context.cmd_fd = box->state->cmd_fd;
   return &context;
 }
 
@@ -139,6 +171,7 @@ RRDMA_EXPORT int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
       std::uint64_t{device.max_qp} * device.max_qp_rd_atom, 0x7fffffff));
   attr->atomic_cap = static_cast<ibv_atomic_cap>(device.atomic_cap);
   attr->max_ah = static_cast<int>(device.max_ah);
+  attr->max_mw = static_cast<int>(device.max_mw);
   attr->max_srq = static_cast<int>(device.max_srq);
   attr->max_srq_wr = static_cast<int>(device.max_srq_wr);
   attr->max_srq_sge = static_cast<int>(device.max_srq_sge);
@@ -227,30 +260,26 @@ RRDMA_EXPORT int ibv_get_pkey_index(ibv_context* context, std::uint8_t port_num,
   return pkey == ours ? 0 : -1;
 }
 
-// ibv_get_async_event(3): blocks unless the program made async_fd non-blocking.
-RRDMA_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
-  if (context == nullptr || event == nullptr) return -1;
-  ContextState& state = state_of(context);
-  rrdma::verbs::AsyncEventEntry entry{};
-  if (const int error = state.client->get_async_event(entry); error != 0) {
-    errno = error;
-    return -1;
-  }
-  *event = ibv_async_event{};
-  event->event_type = static_cast<ibv_event_type>(entry.event_type);
+namespace {
+
+// Points the event at its QP, CQ or SRQ; false when that object is destroyed already.
+bool resolve_event_element(ContextState& state, const rrdma::verbs::AsyncEventEntry& entry,
+                           ibv_async_event* event) {
   const auto handle = static_cast<std::uint32_t>(entry.element);
   std::lock_guard lock(state.objects_mutex);
   switch (event->event_type) {
     case IBV_EVENT_CQ_ERR: {
       const auto found = state.cqs.find(handle);
-      event->element.cq = found != state.cqs.end() ? found->second : nullptr;
-      break;
+      if (found == state.cqs.end()) return false;
+      event->element.cq = found->second;
+      return true;
     }
     case IBV_EVENT_SRQ_ERR:
     case IBV_EVENT_SRQ_LIMIT_REACHED: {
       const auto found = state.srqs.find(handle);
-      event->element.srq = found != state.srqs.end() ? found->second : nullptr;
-      break;
+      if (found == state.srqs.end()) return false;
+      event->element.srq = found->second;
+      return true;
     }
     case IBV_EVENT_PORT_ACTIVE:
     case IBV_EVENT_PORT_ERR:
@@ -260,16 +289,42 @@ RRDMA_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* even
     case IBV_EVENT_SM_CHANGE:
     case IBV_EVENT_CLIENT_REREGISTER:
       event->element.port_num = static_cast<int>(entry.element);
-      break;
+      return true;
     case IBV_EVENT_DEVICE_FATAL:
-      break;
+      return true;
     default: {
       const auto found = state.qps.find(handle);
-      event->element.qp = found != state.qps.end() ? found->second : nullptr;
-      break;
+      if (found == state.qps.end()) return false;
+      event->element.qp = found->second;
+      return true;
     }
   }
-  return 0;
+}
+
+}  // namespace
+
+// ibv_get_async_event(3): blocks unless the program made async_fd non-blocking.
+// An event whose object was destroyed before it was read is dropped, as the kernel drops a
+// destroyed object's queued events (ib_uverbs_release_uevent): the daemon may have queued
+// it just before the destroy (the engine posts IBV_EVENT_QP_LAST_WQE_REACHED as a QP on an
+// SRQ enters the error state, which UCX moves its QPs to before destroying them). Handed on,
+// it would carry a NULL element: UCX 1.13, which reads element.qp->qp_num of a QP event,
+// crashed on one in its async thread (docs/INTEROP.md, "UCX against rxe"). The next event is
+// then taken, so a non-blocking caller may get EAGAIN although async_fd was readable, as
+// from the kernel.
+RRDMA_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  if (context == nullptr || event == nullptr) return -1;
+  ContextState& state = state_of(context);
+  for (;;) {
+    rrdma::verbs::AsyncEventEntry entry{};
+    if (const int error = state.client->get_async_event(entry); error != 0) {
+      errno = error;
+      return -1;
+    }
+    *event = ibv_async_event{};
+    event->event_type = static_cast<ibv_event_type>(entry.event_type);
+    if (resolve_event_element(state, entry, event)) return 0;
+  }
 }
 
 // Counted as verbs says; our destroy calls do not wait for these acknowledgements (the

@@ -33,7 +33,16 @@ client::SendWr to_send_wr(const ibv_send_wr& wr, ibv_qp_type type) {
   out.send_flags = wr.send_flags;
   out.imm_data = wr.imm_data;
   const rocev2::WrOpcodeInfo& op = rocev2::wr_opcode_info(static_cast<rocev2::WrOpcode>(wr.opcode));
-  if (op.ieth) out.invalidate_rkey = wr.invalidate_rkey;
+  if (op.ieth || wr.opcode == IBV_WR_LOCAL_INV) out.invalidate_rkey = wr.invalidate_rkey;
+  if (wr.opcode == IBV_WR_BIND_MW) {
+    // ibv_post_send(3): bind_mw.mw, bind_mw.rkey (the new key), bind_mw.bind_info. The
+    // window's own rkey is not changed here: that is ibv_bind_mw's doing, for type 1.
+    const std::uint32_t current = wr.bind_mw.mw != nullptr ? wr.bind_mw.mw->rkey : 0;
+    client::SendWr bind = bind_wr(current, wr.bind_mw.rkey, wr.bind_mw.bind_info);
+    bind.wr_id = out.wr_id;
+    bind.send_flags = out.send_flags;
+    return bind;
+  }
   if (type == IBV_QPT_UD) {
     out.ah = ah_of(wr.wr.ud.ah);
     out.remote_qpn = wr.wr.ud.remote_qpn;
@@ -50,10 +59,17 @@ client::SendWr to_send_wr(const ibv_send_wr& wr, ibv_qp_type type) {
   return out;
 }
 
+// ibv_send_wr has no field for ATOMIC_WRITE's 8 bytes or FLUSH's type and level: only
+// ibv_wr_atomic_write / ibv_wr_flush post them (ibv_wr_post(3)).
+bool needs_qp_ex(const ibv_send_wr& wr) {
+  return rocev2::wr_opcode_info(static_cast<rocev2::WrOpcode>(wr.opcode)).empty_read_response();
+}
+
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   auto batch = box_of(qp)->state->qp->begin_send();
   for (ibv_send_wr* current = wr; current != nullptr; current = current->next) {
-    if (const int error = batch.push(to_send_wr(*current, qp->qp_type)); error != 0) {
+    const int error = needs_qp_ex(*current) ? EINVAL : batch.push(to_send_wr(*current, qp->qp_type));
+    if (error != 0) {
       if (bad_wr != nullptr) *bad_wr = current;
       return error;
     }
@@ -224,11 +240,42 @@ void wr_atomic_fetch_add(ibv_qp_ex* qp, std::uint32_t rkey, std::uint64_t addr, 
   qp_state(qp).pending.back().wr.compare_add = add;
 }
 
-void wr_bind_mw(ibv_qp_ex* qp, ibv_mw*, std::uint32_t, const ibv_mw_bind_info*) { wr_unsupported(qp); }
-void wr_local_inv(ibv_qp_ex* qp, std::uint32_t) { wr_unsupported(qp); }
+void wr_bind_mw(ibv_qp_ex* qp, ibv_mw* mw, std::uint32_t rkey, const ibv_mw_bind_info* info) {
+  if (mw == nullptr || info == nullptr) {
+    if (qp_state(qp).pending_error == 0) qp_state(qp).pending_error = EINVAL;
+    return;
+  }
+  const client::SendWr bind = bind_wr(mw->rkey, rkey, *info);
+  client::SendWr& wr = begin_wr(qp, IBV_WR_BIND_MW);
+  wr.invalidate_rkey = bind.invalidate_rkey;
+  wr.rkey = bind.rkey;
+  wr.remote_addr = bind.remote_addr;
+  wr.compare_add = bind.compare_add;
+  wr.swap = bind.swap;
+}
+void wr_local_inv(ibv_qp_ex* qp, std::uint32_t rkey) { begin_wr(qp, IBV_WR_LOCAL_INV).invalidate_rkey = rkey; }
 void wr_send_tso(ibv_qp_ex* qp, void*, std::uint16_t, std::uint16_t) { wr_unsupported(qp); }
 void wr_set_xrc_srqn(ibv_qp_ex* qp, std::uint32_t) { wr_unsupported(qp); }
-void wr_atomic_write(ibv_qp_ex* qp, std::uint32_t, std::uint64_t, const void*) { wr_unsupported(qp); }
+// IBA 1.5 A19.4.2: the 8 bytes at atomic_wr are copied now and stored at the responder as
+// they are (no byte order), in one piece.
+void wr_atomic_write(ibv_qp_ex* qp, std::uint32_t rkey, std::uint64_t addr, const void* atomic_wr) {
+  wr_rdma(qp, IBV_WR_ATOMIC_WRITE, rkey, addr);
+  if (atomic_wr == nullptr) {
+    qp_state(qp).pending_error = EINVAL;
+    return;
+  }
+  std::memcpy(&qp_state(qp).pending.back().wr.compare_add, atomic_wr, 8);
+}
+
+// IBA 1.5 A19.4.1 (rdma-core 45's ibv_wr_flush): the range, the placement type and the
+// selectivity level; the WQE carries them as abi.h says.
+void wr_flush(ibv_qp_ex* qp, std::uint32_t rkey, std::uint64_t addr, std::size_t len, std::uint8_t type,
+              std::uint8_t level) {
+  wr_rdma(qp, static_cast<ibv_wr_opcode>(rocev2::WrOpcode::Flush), rkey, addr);
+  client::SendWr& wr = qp_state(qp).pending.back().wr;
+  wr.compare_add = len;
+  wr.swap = verbs::flush_fields(type, level);
+}
 
 void wr_set_ud_addr(ibv_qp_ex* qp, ibv_ah* ah, std::uint32_t remote_qpn, std::uint32_t remote_qkey) {
   if (PendingSend* pending = last_wr(qp)) {
@@ -305,7 +352,9 @@ void fill_cq_ex_ops(ibv_cq_ex& cq) {
   cq.read_dlid_path_bits = read_dlid_path_bits;
 }
 
-void fill_qp_ex_ops(ibv_qp_ex& qp) {
+void fill_qp_ex_ops(QpEx& box) {
+  box.wr_flush = wr_flush;
+  ibv_qp_ex& qp = box.ex;
   qp.wr_start = wr_start;
   qp.wr_complete = wr_complete;
   qp.wr_abort = wr_abort;

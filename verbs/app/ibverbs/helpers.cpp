@@ -124,7 +124,8 @@ RRDMA_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FOR
 RRDMA_EXPORT int ibv_dontfork_range(void*, size_t) { return 0; }
 RRDMA_EXPORT int ibv_dofork_range(void*, size_t) { return 0; }
 
-// A vnic has no sysfs node: there is no /sys/class/infiniband entry to read.
+// As rdma-core's (without $SYSFS_PATH): under `rrdma-vnic exec` the vnics are in its
+// /sys/class (docs/IBVERBS.md "The sysfs view").
 RRDMA_EXPORT const char* ibv_get_sysfs_path(void) { return "/sys"; }
 
 RRDMA_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {

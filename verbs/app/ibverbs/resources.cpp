@@ -11,11 +11,14 @@ namespace rrdma::ibverbs {
 namespace {
 
 // The ibv_send_wr opcodes ibv_wr_* can build on our QPs (ibv_create_qp_ex(3) send_ops_flags).
+// IBV_QP_EX_WITH_FLUSH is rdma-core 45's (1 << 11); Debian 12's verbs.h lacks it.
+constexpr std::uint64_t kSendOpsWithFlush = std::uint64_t{1} << 11;
 constexpr std::uint64_t kSupportedSendOps = rocev2::implemented_send_ops_flags();
 static_assert(kSupportedSendOps ==
               (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
                IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-               IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV),
+               IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW |
+               IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_ATOMIC_WRITE | kSendOpsWithFlush),
               "the table's bits are verbs.h's (update this check when a row becomes implemented)");
 static_assert(rocev2::wr_opcode_info(rocev2::WrOpcode::AtomicWrite).send_ops_flag == IBV_QP_EX_WITH_ATOMIC_WRITE);
 
@@ -48,6 +51,12 @@ void forget(ContextState& state, Map ContextState::*map, std::uint32_t handle) {
   (state.*map).erase(handle);
 }
 
+// The flow label is 20 bits (IBA 8.3.1); the kernel takes the 32-bit field of the uAPI as it
+// comes and only its low 20 bits ever matter (rdma_flow_label_to_udp_sport), and UCX 1.13
+// passes 0xFFFFFFFF ("no label chosen") in every UD address vector, so the drop-in keeps the
+// low 20 bits as a kernel provider would, instead of refusing.
+std::uint32_t flow_label_bits(std::uint32_t flow_label) { return flow_label & 0xF'FFFF; }
+
 // RoCE needs a GRH in every address vector (IBA Annex A17: the GID is the IP address).
 std::optional<client::AhAttributes> ah_attributes(const ibv_ah_attr& attr) {
   if (attr.is_global == 0) return std::nullopt;
@@ -56,7 +65,7 @@ std::optional<client::AhAttributes> ah_attributes(const ibv_ah_attr& attr) {
   out.sgid_index = attr.grh.sgid_index;
   out.hop_limit = attr.grh.hop_limit;
   out.traffic_class = attr.grh.traffic_class;
-  out.flow_label = attr.grh.flow_label;
+  out.flow_label = flow_label_bits(attr.grh.flow_label);
   out.port_num = attr.port_num;
   return out;
 }
@@ -110,12 +119,38 @@ ibv_cq_ex* create_cq(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
 // ---------------------------------------------------------------------------------------
 // QP
 
+// The ibv_wr_* opcodes each transport carries (IBA ch. 9 / 10: UC has no READ nor atomics,
+// UD only SENDs), as rdma-core's rxe provider splits them (check_qp_init_attr), less what
+// we do not implement.
+std::uint64_t send_ops_of(ibv_qp_type type) {
+  constexpr std::uint64_t kUc = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+                                IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_SEND_WITH_INV |
+                                IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW;
+  constexpr std::uint64_t kUd = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  switch (type) {
+    case IBV_QPT_RC: return kSupportedSendOps;
+    case IBV_QPT_UC: return kSupportedSendOps & kUc;
+    case IBV_QPT_UD: return kSupportedSendOps & kUd;
+    default: return 0;
+  }
+}
+
+// ibv_create_qp_ex(3) attributes rxe takes: a PD, create_flags if there are none (rxe's
+// kernel refuses any, EOPNOTSUPP), send_ops_flags its transport carries. The rest (XRCD,
+// TSO, RSS indirection and hash, source QPN) is EOPNOTSUPP, as rxe answers.
+int check_qp_init(const ibv_qp_init_attr_ex& attr) {
+  constexpr std::uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if ((attr.comp_mask & ~kKnown) != 0) return EOPNOTSUPP;
+  if ((attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 && attr.create_flags != 0) return EOPNOTSUPP;
+  if ((attr.comp_mask & IBV_QP_INIT_ATTR_PD) == 0 || attr.pd == nullptr) return EINVAL;
+  if (attr.qp_type != IBV_QPT_RC && attr.qp_type != IBV_QPT_UC && attr.qp_type != IBV_QPT_UD) return EOPNOTSUPP;
+  if ((attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 && (attr.send_ops_flags & ~send_ops_of(attr.qp_type)) != 0)
+    return EOPNOTSUPP;
+  return 0;
+}
+
 ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
-  if ((attr.comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) != 0)
-    return fail_null<ibv_qp>(EOPNOTSUPP);
-  if ((attr.comp_mask & IBV_QP_INIT_ATTR_PD) == 0 || attr.pd == nullptr) return fail_null<ibv_qp>(EINVAL);
-  if ((attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 && (attr.send_ops_flags & ~kSupportedSendOps) != 0)
-    return fail_null<ibv_qp>(EOPNOTSUPP);
+  if (const int error = check_qp_init(attr); error != 0) return fail_null<ibv_qp>(error);
   client::QpInit init;
   switch (attr.qp_type) {
     case IBV_QPT_RC: init.type = verbs::QpType::Rc; break;
@@ -136,7 +171,7 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   auto* box = new QpBox{};
   box->state = new QpState{std::move(created.value), {}, 0};
   box->state->qp->user_context = box;
-  ibv_qp& qp = box->object.qp_base;
+  ibv_qp& qp = box->object.ex.qp_base;
   qp.context = context;
   qp.qp_context = attr.qp_context;
   qp.pd = attr.pd;
@@ -177,7 +212,7 @@ verbs::QpAttributes to_client_attributes(const ibv_qp_attr& attr, int mask) {
     out.sgid_index = attr.ah_attr.grh.sgid_index;
     out.hop_limit = attr.ah_attr.grh.hop_limit;
     out.traffic_class = attr.ah_attr.grh.traffic_class;
-    out.flow_label = attr.ah_attr.grh.flow_label;
+    out.flow_label = flow_label_bits(attr.ah_attr.grh.flow_label);
     // The address vector's port is the QP's port (ibv_modify_qp(3) takes it from ah_attr).
     if ((mask & IBV_QP_PORT) == 0 && attr.ah_attr.port_num != 0) out.port_num = attr.ah_attr.port_num;
   }
@@ -229,6 +264,22 @@ ibv_srq* create_srq(ibv_pd* pd, void* srq_context, const ibv_srq_attr& attr) {
 // ---------------------------------------------------------------------------------------
 // verbs_context entries
 
+// On-demand paging is how the daemon reaches memory anyway: it never pins, it reads and
+// writes the application through /proc/self/mem, faulting pages in (docs/VERBS_MEMORY.md).
+// So ODP regions, explicit and implicit, serve every operation; we report per transport
+// what tests/ibverbs/mr_check.cpp runs over ODP memory between two vnics.
+ibv_odp_caps odp_capabilities() {
+  ibv_odp_caps caps{};
+  caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+  constexpr std::uint32_t kUd = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+  constexpr std::uint32_t kUc = kUd | IBV_ODP_SUPPORT_WRITE;
+  caps.per_transport_caps.rc_odp_caps =
+      kUc | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  caps.per_transport_caps.uc_odp_caps = kUc;
+  caps.per_transport_caps.ud_odp_caps = kUd;
+  return caps;
+}
+
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                     size_t attr_size) {
   if (input != nullptr && input->comp_mask != 0) return EINVAL;
@@ -236,6 +287,10 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   ibv_device_attr_ex full{};
   if (const int error = ibv_query_device(context, &full.orig_attr); error != 0) return error;
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
+  full.odp_caps = odp_capabilities();
+  // IBA 1.5 A19: ATOMIC_WRITE and FLUSH of the global placement type; no persistent memory
+  // stands behind any MR, so FLUSH_PERSISTENT is not offered (docs/IBVERBS.md).
+  full.device_cap_flags_ex = full.orig_attr.device_cap_flags | kDeviceFlushGlobal | kDeviceAtomicWrite;
   std::memcpy(attr, &full, std::min(attr_size, sizeof full));
   if (attr_size > sizeof full) std::memset(reinterpret_cast<char*>(attr) + sizeof full, 0, attr_size - sizeof full);
   return 0;
@@ -279,6 +334,19 @@ void fill_verbs_context_ops(verbs_context& vctx) {
   vctx.create_cq_ex = create_cq_ex;
   vctx.create_qp_ex = create_qp_ex;
   vctx.create_srq_ex = create_srq_ex;
+  vctx.advise_mr = advise_mr;
+}
+
+// IBV_ACCESS_OPTIONAL_RANGE bits are hints a device may ignore (ibv_reg_mr(3)). Beyond the
+// four rights we take ON_DEMAND (the daemon never pins: docs/VERBS_MEMORY.md) and MW_BIND
+// (memory windows may be bound to the region); huge-page promises and flush name features we
+// do not have (rxe refuses HUGETLB too).
+int accepted_access(unsigned int& access) {
+  access &= ~static_cast<unsigned int>(IBV_ACCESS_OPTIONAL_RANGE);
+  constexpr unsigned int kAccepted = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                     IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_MW_BIND |
+                                     kAccessFlushGlobal;
+  return (access & ~kAccepted) != 0 ? EOPNOTSUPP : 0;
 }
 
 }  // namespace rrdma::ibverbs
@@ -316,17 +384,10 @@ RRDMA_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
 RRDMA_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, std::uint64_t iova,
                                       unsigned int access) {
   if (pd == nullptr) return fail_null<ibv_mr>(EINVAL);
-  // An MR's remote addresses are its virtual addresses (the daemon's DMA is
-  // process_vm_readv/writev at them), so another IOVA cannot be offered.
-  if (iova != reinterpret_cast<std::uintptr_t>(addr)) return fail_null<ibv_mr>(EOPNOTSUPP);
-  // IBV_ACCESS_OPTIONAL_RANGE bits are hints a device may ignore (ibv_reg_mr(3)); the other
-  // flags beyond the four access rights (memory windows, zero-based, on-demand paging,
-  // huge pages, flush) name features we do not have.
-  access &= ~static_cast<unsigned int>(IBV_ACCESS_OPTIONAL_RANGE);
-  constexpr unsigned int kRights =
-      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-  if ((access & ~kRights) != 0) return fail_null<ibv_mr>(EOPNOTSUPP);
-  auto created = box_cast<PdBox>(pd)->state->pd->register_memory(addr, length, access);
+  // The daemon translates the IOVA that WQEs and RETHs name into this process's address
+  // (docs/VERBS_MEMORY.md), so any IOVA rxe accepts is accepted.
+  if (const int error = accepted_access(access); error != 0) return fail_null<ibv_mr>(error);
+  auto created = box_cast<PdBox>(pd)->state->pd->register_memory(addr, length, access, iova);
   if (!created.ok()) return fail_null<ibv_mr>(created.error);
   auto* box = new MrBox{};
   box->state = new MrState{std::move(created.value)};
@@ -338,6 +399,7 @@ RRDMA_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, std
   mr.handle = box->state->mr->handle();
   mr.lkey = box->state->mr->lkey();
   mr.rkey = box->state->mr->rkey();
+  remember(state_of(pd->context), &ContextState::mrs, mr.lkey, &mr);
   return &mr;
 }
 
@@ -353,6 +415,7 @@ RRDMA_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   if (mr == nullptr) return EINVAL;
   auto* box = box_cast<MrBox>(mr);
   if (const int error = box->state->mr->destroy(); error != 0) return fail_code(error);
+  forget(state_of(mr->context), &ContextState::mrs, mr->lkey);
   delete box->state;
   delete box;
   return 0;
@@ -498,7 +561,7 @@ RRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 }
 
 RRDMA_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
-  return qp != nullptr ? &box_of(qp)->object : nullptr;
+  return qp != nullptr ? &box_of(qp)->object.ex : nullptr;
 }
 
 RRDMA_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {

@@ -57,6 +57,14 @@ namespace client = ::rrdma::verbs::client;
 // Contexts and their objects. Each box is {the public struct, a pointer to our state}; the
 // state holds the client library's object (a shared_ptr: children keep parents alive).
 
+// IBA 1.5 Annex A19 constants that rdma-core 45 added and Debian 12's headers (44) lack
+// (verbs.h, ib_user_verbs.h): the MR access bit and the device capability bits.
+inline constexpr unsigned int kAccessFlushGlobal = 1u << 8;       // IBV_ACCESS_FLUSH_GLOBAL
+inline constexpr unsigned int kAccessFlushPersistent = 1u << 9;   // IBV_ACCESS_FLUSH_PERSISTENT
+inline constexpr std::uint64_t kDeviceFlushGlobal = 1ull << 38;   // IB_UVERBS_DEVICE_FLUSH_GLOBAL
+inline constexpr std::uint64_t kDeviceFlushPersistent = 1ull << 39;  // ..._FLUSH_PERSISTENT
+inline constexpr std::uint64_t kDeviceAtomicWrite = 1ull << 40;   // IB_UVERBS_DEVICE_ATOMIC_WRITE
+
 struct ContextState;
 struct ContextBox {
   verbs_context vctx;  // vctx.context is the ibv_context programs see; verbs_get_ctx()
@@ -68,12 +76,18 @@ static_assert(std::is_standard_layout_v<ContextBox>);
 struct ContextState {
   std::shared_ptr<client::Context> client;
   DeviceBox* device = nullptr;
+  // ibv_context.cmd_fd: a memfd of our own, identified by its inode so that ibv_close_device
+  // closes it only if the program has not closed it (and reused the number) meanwhile.
+  int cmd_fd = -1;
+  std::uint64_t cmd_fd_dev = 0, cmd_fd_ino = 0;
   // The daemon names an async event's object by its handle; these give back the public
   // struct (docs/VERBS_DATAPATH.md, "Asynchronous events").
   std::mutex objects_mutex;
   std::unordered_map<std::uint32_t, ibv_qp*> qps;
   std::unordered_map<std::uint32_t, ibv_cq*> cqs;
   std::unordered_map<std::uint32_t, ibv_srq*> srqs;
+  // MRs by L_Key, for ibv_advise_mr (its SGEs name regions by L_Key).
+  std::unordered_map<std::uint32_t, ibv_mr*> mrs;
 };
 
 inline ContextBox* box_of(ibv_context* context) {
@@ -96,6 +110,11 @@ struct MrState {
   std::shared_ptr<client::MemoryRegion> mr;
 };
 using MrBox = Box<ibv_mr, MrState>;
+
+struct MwState {
+  std::shared_ptr<client::MemoryWindow> mw;
+};
+using MwBox = Box<ibv_mw, MwState>;
 
 struct AhState {
   std::shared_ptr<client::AddressHandle> ah;
@@ -135,7 +154,17 @@ struct QpState {
   std::vector<PendingSend> pending;  // between ibv_wr_start and ibv_wr_complete
   int pending_error = 0;             // the first error an ibv_wr_* call met
 };
-using QpBox = Box<ibv_qp_ex, QpState>;  // ibv_qp_ex.qp_base is the ibv_qp
+// rdma-core 45 appended wr_flush to struct ibv_qp_ex (IBA 1.5 FLUSH); Debian 12's verbs.h
+// (rdma-core 44) ends it at wr_atomic_write. A program built against newer headers calls the
+// pointer after wr_atomic_write, so the box gives it one there, not the box's state.
+using WrFlushFn = void (*)(ibv_qp_ex* qp, std::uint32_t rkey, std::uint64_t remote_addr, std::size_t len,
+                           std::uint8_t type, std::uint8_t level);
+struct QpEx {
+  ibv_qp_ex ex;  // first: ibv_qp_ex* <-> QpEx*; ex.qp_base is the ibv_qp
+  WrFlushFn wr_flush;
+};
+static_assert(offsetof(QpEx, wr_flush) == sizeof(ibv_qp_ex));
+using QpBox = Box<QpEx, QpState>;
 
 template <typename Boxed, typename Public>
 Boxed* box_cast(Public* object) {
@@ -148,10 +177,18 @@ inline CqBox* box_of(ibv_cq_ex* cq) { return reinterpret_cast<CqBox*>(cq); }
 // Filled in by datapath.cpp: the function pointers of ibv_context_ops, ibv_cq_ex and
 // ibv_qp_ex that verbs.h's inline functions call.
 void fill_context_ops(ibv_context_ops& ops);
+void fill_mw_ops(ibv_context_ops& ops);  // windows.cpp
+// A BIND_MW request in the client's terms (windows.cpp).
+client::SendWr bind_wr(std::uint32_t current_rkey, std::uint32_t new_rkey, const ibv_mw_bind_info& info);
 void fill_cq_ex_ops(ibv_cq_ex& cq);
-void fill_qp_ex_ops(ibv_qp_ex& qp);
+void fill_qp_ex_ops(QpEx& qp);
 // Filled in by resources.cpp: the verbs_context entries for extended verbs.
 void fill_verbs_context_ops(verbs_context& vctx);
+// memory.cpp: verbs_context.advise_mr (ibv_advise_mr(3)).
+int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, std::uint32_t flags, ibv_sge* sg_list, std::uint32_t num_sge);
+// The ibv_access_flags an MR of ours may have, less the optional-range hints (which a device
+// may ignore, ibv_reg_mr(3)); EOPNOTSUPP for a flag naming a feature we do not have.
+int accepted_access(unsigned int& access);
 
 // The ibv_gid <-> client Gid conversions (both are 16 bytes in network order).
 verbs::Gid to_gid(const ibv_gid& gid);

@@ -15,7 +15,8 @@ extern "C" {
 RRDMA_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, std::uint16_t) { return fail_code(EOPNOTSUPP); }
 RRDMA_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, std::uint16_t) { return fail_code(EOPNOTSUPP); }
 
-// Sharing objects between processes through a uverbs command fd: we have no such fd.
+// Sharing objects between processes through a uverbs command fd: our cmd_fd is a real
+// descriptor (context.cpp) but no kernel object stands behind it, so nothing can be imported.
 RRDMA_EXPORT ibv_context* ibv_import_device(int) { return fail_null<ibv_context>(EOPNOTSUPP); }
 RRDMA_EXPORT ibv_pd* ibv_import_pd(ibv_context*, std::uint32_t) { return fail_null<ibv_pd>(EOPNOTSUPP); }
 RRDMA_EXPORT ibv_mr* ibv_import_mr(ibv_pd*, std::uint32_t) { return fail_null<ibv_mr>(EOPNOTSUPP); }
@@ -33,13 +34,6 @@ RRDMA_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) { return fail_code(EOPNOTSUPP)
 // dma-buf memory belongs to a device driver; process_vm_readv cannot reach it.
 RRDMA_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, std::uint64_t, size_t, std::uint64_t, int, int) {
   return fail_null<ibv_mr>(EOPNOTSUPP);
-}
-
-// ibv_rereg_mr(3): a negative ibv_rereg_mr_err_code, "invalid input" leaving the MR as it
-// was. Deregister and register again instead.
-RRDMA_EXPORT int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
-  errno = EOPNOTSUPP;
-  return IBV_REREG_MR_ERR_INPUT;
 }
 
 // ibv_query_qp_data_in_order(3): 0 = no guarantee beyond what the completion says. The

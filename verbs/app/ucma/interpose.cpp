@@ -12,6 +12,13 @@
 //   socket               NETLINK_RDMA refused, so librdmacm takes the ABI from sysfs (or
 //                        assumes 4) with no device number to compare, and the kernel loads no
 //                        RDMA module on our behalf.
+//   stat*, lstat*,       /dev/infiniband/uverbsN of the sysfs view exists as a character
+//   access, faccessat,   device, and opening it says ENXIO (device_nodes.h: UCX checks the
+//   euidaccess, and the  node before it takes a device); asked only after the real call
+//   path forms of the    found nothing there.
+//   fstatat*/statx/open*
+//   getifaddrs,          each vnic named in RRDMA_INTERFACES appended as an interface of its
+//   freeifaddrs          own (interfaces.h: libfabric's verbs provider finds RDMA devices so).
 // A descriptor made by fcntl(F_DUPFD) is not tracked: a write on it reaches the daemon's end
 // of the channel as bytes, which the daemon discards.
 
@@ -21,6 +28,7 @@
 #undef _FILE_OFFSET_BITS
 
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -28,11 +36,15 @@
 
 #include <cerrno>
 #include <cstdarg>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "verbs/app/ucma/channel.h"
 #include "verbs/app/ucma/daemon_link.h"
+#include "verbs/app/ucma/device_nodes.h"
 #include "verbs/app/ucma/fd_table.h"
+#include "verbs/app/ucma/interfaces.h"
 #include "verbs/app/ucma/real_libc.h"
 #include "verbs/contract/ucma_protocol.h"
 
@@ -92,6 +104,72 @@ int statx_channel(int fd, int flags, unsigned int mask, struct statx* buf) {
   return 0;
 }
 
+// After a real call on `path` failed: is the missing path a uverbs node of the sysfs view?
+// errno is the real call's again when it is not.
+std::optional<unsigned> missing_node(const char* path) {
+  const int error = errno;
+  if (error != ENOENT) return std::nullopt;
+  const auto node = uverbs_node(path);
+  errno = error;
+  return node;
+}
+
+// A stat-like call's result, with a missing uverbs node described.
+template <typename Stat>
+int stat_or_node(int result, const char* path, Stat* buf) {
+  if (result == 0 || buf == nullptr) return result;
+  const auto node = missing_node(path);
+  if (!node) return result;
+  describe_node(*node, buf);
+  return 0;
+}
+
+// An access-like call's result: a uverbs node may be read and written by anyone, not executed.
+int access_or_node(int result, const char* path, int mode) {
+  if (result == 0 || !missing_node(path)) return result;
+  if ((mode & X_OK) != 0) {
+    errno = EACCES;
+    return -1;
+  }
+  return 0;
+}
+
+// An open's result: a uverbs node has no driver behind it.
+int open_or_node(int result, const char* path) {
+  if (result < 0 && missing_node(path)) errno = ENXIO;
+  return result;
+}
+
+// The vnics of RRDMA_INTERFACES, after the C library's interfaces in `*list`.
+void append_vnics(ifaddrs** list) {
+  const char* text = std::getenv(kInterfacesVariable);
+  if (text == nullptr || *text == '\0') return;
+  try {
+    ifaddrs* vnics = make_entries(parse_interfaces(text));
+    if (vnics == nullptr) return;
+    ifaddrs** tail = list;
+    while (*tail != nullptr) tail = &(*tail)->ifa_next;
+    *tail = vnics;
+  } catch (...) {  // std::bad_alloc: the list stays the C library's
+  }
+}
+
+// Frees our block (the tail of the list, or all of it) and gives the rest to the C library.
+void free_with_vnics(ifaddrs* list) {
+  if (is_vnic_entry(list)) {
+    std::free(list);
+    return;
+  }
+  for (ifaddrs* entry = list; entry != nullptr; entry = entry->ifa_next) {
+    if (is_vnic_entry(entry->ifa_next)) {
+      std::free(entry->ifa_next);
+      entry->ifa_next = nullptr;
+      break;
+    }
+  }
+  real::freeifaddrs(list);
+}
+
 __attribute__((constructor)) void start_shim() {
   real::resolve_all();
   install_fork_handlers();
@@ -114,7 +192,7 @@ RRDMA_SHIM_EXPORT int open(const char* path, int flags, ...) {
     mode = va_arg(arguments, mode_t);
     va_end(arguments);
   }
-  return real::open(path, flags, mode);
+  return shim::open_or_node(real::open(path, flags, mode), path);
 }
 
 RRDMA_SHIM_EXPORT int open64(const char* path, int flags, ...) {
@@ -126,7 +204,7 @@ RRDMA_SHIM_EXPORT int open64(const char* path, int flags, ...) {
     mode = va_arg(arguments, mode_t);
     va_end(arguments);
   }
-  return real::open64(path, flags, mode);
+  return shim::open_or_node(real::open64(path, flags, mode), path);
 }
 
 RRDMA_SHIM_EXPORT int openat(int dirfd, const char* path, int flags, ...) {
@@ -138,7 +216,7 @@ RRDMA_SHIM_EXPORT int openat(int dirfd, const char* path, int flags, ...) {
     mode = va_arg(arguments, mode_t);
     va_end(arguments);
   }
-  return real::openat(dirfd, path, flags, mode);
+  return shim::open_or_node(real::openat(dirfd, path, flags, mode), path);
 }
 
 RRDMA_SHIM_EXPORT int openat64(int dirfd, const char* path, int flags, ...) {
@@ -150,21 +228,21 @@ RRDMA_SHIM_EXPORT int openat64(int dirfd, const char* path, int flags, ...) {
     mode = va_arg(arguments, mode_t);
     va_end(arguments);
   }
-  return real::openat64(dirfd, path, flags, mode);
+  return shim::open_or_node(real::openat64(dirfd, path, flags, mode), path);
 }
 
 // The fortified entry points (_FORTIFY_SOURCE builds call these when the flags need no mode).
 RRDMA_SHIM_EXPORT int __open_2(const char* path, int flags) {
-  return shim::is_device_path(path) ? shim::open_device(flags) : real::open_2(path, flags);
+  return shim::is_device_path(path) ? shim::open_device(flags) : shim::open_or_node(real::open_2(path, flags), path);
 }
 RRDMA_SHIM_EXPORT int __open64_2(const char* path, int flags) {
-  return shim::is_device_path(path) ? shim::open_device(flags) : real::open64_2(path, flags);
+  return shim::is_device_path(path) ? shim::open_device(flags) : shim::open_or_node(real::open64_2(path, flags), path);
 }
 RRDMA_SHIM_EXPORT int __openat_2(int dirfd, const char* path, int flags) {
-  return shim::is_device_path(path) ? shim::open_device(flags) : real::openat_2(dirfd, path, flags);
+  return shim::is_device_path(path) ? shim::open_device(flags) : shim::open_or_node(real::openat_2(dirfd, path, flags), path);
 }
 RRDMA_SHIM_EXPORT int __openat64_2(int dirfd, const char* path, int flags) {
-  return shim::is_device_path(path) ? shim::open_device(flags) : real::openat64_2(dirfd, path, flags);
+  return shim::is_device_path(path) ? shim::open_device(flags) : shim::open_or_node(real::openat64_2(dirfd, path, flags), path);
 }
 
 // --- stat --------------------------------------------------------------------------------
@@ -182,16 +260,66 @@ RRDMA_SHIM_EXPORT int __fxstat64(int version, int fd, struct stat64* buf) noexce
 }
 RRDMA_SHIM_EXPORT int fstatat(int dirfd, const char* path, struct stat* buf, int flags) noexcept {
   const int result = real::fstatat(dirfd, path, buf, flags);
-  return shim::is_empty_path(path, flags) ? shim::disguise(dirfd, result, buf) : result;
+  return shim::is_empty_path(path, flags) ? shim::disguise(dirfd, result, buf) : shim::stat_or_node(result, path, buf);
 }
 RRDMA_SHIM_EXPORT int fstatat64(int dirfd, const char* path, struct stat64* buf, int flags) noexcept {
   const int result = real::fstatat64(dirfd, path, buf, flags);
-  return shim::is_empty_path(path, flags) ? shim::disguise(dirfd, result, buf) : result;
+  return shim::is_empty_path(path, flags) ? shim::disguise(dirfd, result, buf) : shim::stat_or_node(result, path, buf);
 }
 RRDMA_SHIM_EXPORT int statx(int dirfd, const char* path, int flags, unsigned int mask, struct statx* buf) noexcept {
   if (shim::is_empty_path(path, flags) && shim::maybe_channel(dirfd)) return shim::statx_channel(dirfd, flags, mask, buf);
-  return real::statx(dirfd, path, flags, mask, buf);
+  return shim::stat_or_node(real::statx(dirfd, path, flags, mask, buf), path, buf);
 }
+
+// By path: the uverbs nodes of the sysfs view (device_nodes.h).
+RRDMA_SHIM_EXPORT int stat(const char* path, struct stat* buf) noexcept {
+  return shim::stat_or_node(real::stat(path, buf), path, buf);
+}
+RRDMA_SHIM_EXPORT int stat64(const char* path, struct stat64* buf) noexcept {
+  return shim::stat_or_node(real::stat64(path, buf), path, buf);
+}
+RRDMA_SHIM_EXPORT int lstat(const char* path, struct stat* buf) noexcept {
+  return shim::stat_or_node(real::lstat(path, buf), path, buf);
+}
+RRDMA_SHIM_EXPORT int lstat64(const char* path, struct stat64* buf) noexcept {
+  return shim::stat_or_node(real::lstat64(path, buf), path, buf);
+}
+RRDMA_SHIM_EXPORT int __xstat(int version, const char* path, struct stat* buf) noexcept {
+  return shim::stat_or_node(real::xstat(version, path, buf), path, buf);
+}
+RRDMA_SHIM_EXPORT int __xstat64(int version, const char* path, struct stat64* buf) noexcept {
+  return shim::stat_or_node(real::xstat64(version, path, buf), path, buf);
+}
+RRDMA_SHIM_EXPORT int __lxstat(int version, const char* path, struct stat* buf) noexcept {
+  return shim::stat_or_node(real::lxstat(version, path, buf), path, buf);
+}
+RRDMA_SHIM_EXPORT int __lxstat64(int version, const char* path, struct stat64* buf) noexcept {
+  return shim::stat_or_node(real::lxstat64(version, path, buf), path, buf);
+}
+
+// --- access ------------------------------------------------------------------------------
+
+RRDMA_SHIM_EXPORT int access(const char* path, int mode) noexcept {
+  return shim::access_or_node(real::access(path, mode), path, mode);
+}
+RRDMA_SHIM_EXPORT int faccessat(int dirfd, const char* path, int mode, int flags) noexcept {
+  return shim::access_or_node(real::faccessat(dirfd, path, mode, flags), path, mode);
+}
+RRDMA_SHIM_EXPORT int euidaccess(const char* path, int mode) noexcept {
+  return shim::access_or_node(real::euidaccess(path, mode), path, mode);
+}
+RRDMA_SHIM_EXPORT int eaccess(const char* path, int mode) noexcept {
+  return shim::access_or_node(real::euidaccess(path, mode), path, mode);
+}
+
+// --- interfaces ----------------------------------------------------------------------------
+
+RRDMA_SHIM_EXPORT int getifaddrs(struct ifaddrs** list) noexcept {
+  const int result = real::getifaddrs(list);
+  if (result == 0 && list != nullptr) shim::append_vnics(list);
+  return result;
+}
+RRDMA_SHIM_EXPORT void freeifaddrs(struct ifaddrs* list) noexcept { shim::free_with_vnics(list); }
 
 // --- write, close, dup -----------------------------------------------------------------------
 

@@ -62,6 +62,19 @@ constinit Next<int (*)(int, int, struct stat64*)> g_fxstat64{"__fxstat64"};
 constinit Next<int (*)(int, const char*, struct stat*, int)> g_fstatat{"fstatat"};
 constinit Next<int (*)(int, const char*, struct stat64*, int)> g_fstatat64{"fstatat64"};
 constinit Next<int (*)(int, const char*, int, unsigned int, struct statx*)> g_statx{"statx"};
+constinit Next<int (*)(const char*, struct stat*)> g_stat{"stat"};
+constinit Next<int (*)(const char*, struct stat64*)> g_stat64{"stat64"};
+constinit Next<int (*)(const char*, struct stat*)> g_lstat{"lstat"};
+constinit Next<int (*)(const char*, struct stat64*)> g_lstat64{"lstat64"};
+constinit Next<int (*)(int, const char*, struct stat*)> g_xstat{"__xstat"};
+constinit Next<int (*)(int, const char*, struct stat64*)> g_xstat64{"__xstat64"};
+constinit Next<int (*)(int, const char*, struct stat*)> g_lxstat{"__lxstat"};
+constinit Next<int (*)(int, const char*, struct stat64*)> g_lxstat64{"__lxstat64"};
+constinit Next<int (*)(const char*, int)> g_access{"access"};
+constinit Next<int (*)(int, const char*, int, int)> g_faccessat{"faccessat"};
+constinit Next<int (*)(const char*, int)> g_euidaccess{"euidaccess"};
+constinit Next<int (*)(struct ifaddrs**)> g_getifaddrs{"getifaddrs"};
+constinit Next<void (*)(struct ifaddrs*)> g_freeifaddrs{"freeifaddrs"};
 constinit Next<ssize_t (*)(int, const void*, std::size_t)> g_write{"write"};
 constinit Next<int (*)(int)> g_close{"close"};
 constinit Next<int (*)(int)> g_dup{"dup"};
@@ -93,6 +106,21 @@ int fstatat64(int dirfd, const char* path, struct stat64* buf, int flags) {
 int statx(int dirfd, const char* path, int flags, unsigned int mask, struct statx* buf) {
   return call(g_statx, dirfd, path, flags, mask, buf);
 }
+int stat(const char* path, struct stat* buf) { return call(g_stat, path, buf); }
+int stat64(const char* path, struct stat64* buf) { return call(g_stat64, path, buf); }
+int lstat(const char* path, struct stat* buf) { return call(g_lstat, path, buf); }
+int lstat64(const char* path, struct stat64* buf) { return call(g_lstat64, path, buf); }
+int xstat(int version, const char* path, struct stat* buf) { return call(g_xstat, version, path, buf); }
+int xstat64(int version, const char* path, struct stat64* buf) { return call(g_xstat64, version, path, buf); }
+int lxstat(int version, const char* path, struct stat* buf) { return call(g_lxstat, version, path, buf); }
+int lxstat64(int version, const char* path, struct stat64* buf) { return call(g_lxstat64, version, path, buf); }
+int access(const char* path, int mode) { return call(g_access, path, mode); }
+int faccessat(int dirfd, const char* path, int mode, int flags) { return call(g_faccessat, dirfd, path, mode, flags); }
+int euidaccess(const char* path, int mode) { return call(g_euidaccess, path, mode); }
+int getifaddrs(struct ifaddrs** list) { return call(g_getifaddrs, list); }
+void freeifaddrs(struct ifaddrs* list) {
+  if (const auto fn = g_freeifaddrs.get(); fn != nullptr) fn(list);
+}
 
 ssize_t write(int fd, const void* buf, std::size_t count) { return call(g_write, fd, buf, count); }
 int close(int fd) { return call(g_close, fd); }
@@ -106,6 +134,10 @@ void resolve_all() {
   g_open_2.get(), g_open64_2.get(), g_openat_2.get(), g_openat64_2.get();
   g_fstat.get(), g_fstat64.get(), g_fxstat.get(), g_fxstat64.get();
   g_fstatat.get(), g_fstatat64.get(), g_statx.get();
+  g_stat.get(), g_stat64.get(), g_lstat.get(), g_lstat64.get();
+  g_xstat.get(), g_xstat64.get(), g_lxstat.get(), g_lxstat64.get();
+  g_access.get(), g_faccessat.get(), g_euidaccess.get();
+  g_getifaddrs.get(), g_freeifaddrs.get();
   g_write.get(), g_close.get(), g_dup.get(), g_dup2.get(), g_dup3.get(), g_socket.get();
 }
 

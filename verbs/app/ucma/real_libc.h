@@ -11,6 +11,8 @@
 
 #include <cstddef>
 
+struct ifaddrs;
+
 namespace rrdma::ucma_shim::real {
 
 int open(const char* path, int flags, mode_t mode);
@@ -29,6 +31,20 @@ int fxstat64(int version, int fd, struct stat64* buf);
 int fstatat(int dirfd, const char* path, struct stat* buf, int flags);
 int fstatat64(int dirfd, const char* path, struct stat64* buf, int flags);
 int statx(int dirfd, const char* path, int flags, unsigned int mask, struct statx* buf);
+int stat(const char* path, struct stat* buf);
+int stat64(const char* path, struct stat64* buf);
+int lstat(const char* path, struct stat* buf);
+int lstat64(const char* path, struct stat64* buf);
+int xstat(int version, const char* path, struct stat* buf);
+int xstat64(int version, const char* path, struct stat64* buf);
+int lxstat(int version, const char* path, struct stat* buf);
+int lxstat64(int version, const char* path, struct stat64* buf);
+int access(const char* path, int mode);
+int faccessat(int dirfd, const char* path, int mode, int flags);
+int euidaccess(const char* path, int mode);
+
+int getifaddrs(struct ifaddrs** list);
+void freeifaddrs(struct ifaddrs* list);
 
 ssize_t write(int fd, const void* buf, std::size_t count);
 int close(int fd);
