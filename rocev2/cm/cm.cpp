@@ -209,14 +209,26 @@ void ConnectionManager::send_once(stack::Ipv4Address to, const CmMessage& m, Ins
 void ConnectionManager::arm_resend(Connection& c, Duration interval, std::uint8_t retries, Instant now) {
   c.interval = interval;
   c.retries_left = retries;
-  c.deadline = now + interval;
+  arm(c, now + interval);
+}
+
+// Every deadline set goes into due_ as well; entries a later change made stale (the
+// deadline moved or cleared, the connection gone) are dropped when they reach the front.
+void ConnectionManager::arm(Connection& c, Instant when) {
+  c.deadline = when;
+  due_.emplace(when, c.local_id.value());
+}
+
+bool ConnectionManager::stale(const Due& entry) const {
+  const auto it = connections_.find(entry.second);
+  return it == connections_.end() || it->second.deadline != entry.first;
 }
 
 // cm_enter_timewait: the comm ID stays taken for timewait (av.timeout, 2048 ms) so that a
 // late duplicate finds it and is answered (REJ stale, DREP).
 void ConnectionManager::enter_timewait(Connection& c, Instant now) {
   set_state(c, CmState::Timewait);
-  c.deadline = now + kTimewait;
+  arm(c, now + kTimewait);
 }
 
 void ConnectionManager::set_state(Connection& c, CmState to) {
@@ -378,7 +390,7 @@ void ConnectionManager::on_mra(const Mra& mra, Instant now) {
     return;
   }
   c->interval = extended;  // ib_modify_mad: the new timeout holds for the remaining retries
-  c->deadline = now + extended;
+  arm(*c, now + extended);
 }
 
 // cm_rej_handler.
@@ -863,18 +875,19 @@ CmResult ConnectionManager::notify_communication_established(ConnectionId id, In
 
 // --- Time ----------------------------------------------------------------------------------------
 
+// O(log n) per deadline, nothing per connection without one (an established connection
+// has none): connections_ is never scanned.
 std::optional<Instant> ConnectionManager::next_deadline() const {
-  std::optional<Instant> earliest;
-  for (const auto& [id, c] : connections_) {
-    if (c.deadline && (!earliest || *c.deadline < *earliest)) earliest = c.deadline;
-  }
-  return earliest;
+  while (!due_.empty() && stale(due_.top())) due_.pop();
+  if (due_.empty()) return std::nullopt;
+  return due_.top().first;
 }
 
 void ConnectionManager::advance(Instant now) {
   std::vector<std::uint32_t> due;
-  for (const auto& [id, c] : connections_) {
-    if (c.deadline && *c.deadline <= now) due.push_back(id);
+  while (!due_.empty() && due_.top().first <= now) {
+    if (!stale(due_.top())) due.push_back(due_.top().second);
+    due_.pop();
   }
   // Each looked up again: an event handler may have destroyed one meanwhile.
   for (std::uint32_t id : due) {
@@ -891,7 +904,7 @@ void ConnectionManager::advance(Instant now) {
     if (c.retries_left > 0) {  // the MAD layer's retry: the same bytes again
       --c.retries_left;
       ++counters_.resends;
-      c.deadline = now + c.interval;
+      arm(c, now + c.interval);
       transmit(c.peer, MadSpan{c.resend_mad}, now);
       continue;
     }

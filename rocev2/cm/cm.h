@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <queue>
 #include <set>
 #include <string>
 #include <string_view>
@@ -336,6 +337,9 @@ class ConnectionManager final : public MadHandler {
   void transmit(stack::Ipv4Address to, MadSpan mad, Instant now);  // every MAD leaves here
   void send_once(stack::Ipv4Address to, const CmMessage& m, Instant now);
   void arm_resend(Connection& c, Duration interval, std::uint8_t retries, Instant now);
+  using Due = std::pair<Instant, std::uint32_t>;  // a deadline and the local comm ID it is of
+  void arm(Connection& c, Instant when);
+  bool stale(const Due& entry) const;
   void enter_timewait(Connection& c, Instant now);
   void set_state(Connection& c, CmState to);
   void to_idle(Connection& c);
@@ -362,6 +366,8 @@ class ConnectionManager final : public MadHandler {
   CmObserver* observer_ = nullptr;
   std::set<std::uint64_t> listeners_;
   std::map<std::uint32_t, Connection> connections_;  // by local comm ID
+  // Every deadline set, earliest first (arm); stale entries are dropped at the front.
+  mutable std::priority_queue<Due, std::vector<Due>, std::greater<>> due_;
   std::uint32_t next_comm_id_;
   CmCounters counters_;
 };

@@ -52,6 +52,7 @@ void Engine::advance(Instant now) { impl_->advance(now); }
 void Engine::hold_acks(bool on) { impl_->hold_acks(on); }
 void Engine::release_acks() { impl_->release_acks(); }
 std::optional<Instant> Engine::next_deadline() const { return impl_->next_deadline(); }
+std::size_t Engine::deadlines_set() const { return impl_->deadlines_set(); }
 const EngineCounters& Engine::counters() const { return impl_->counters(); }
 
 Engine::Impl::Impl(EngineHost& host, MrTable& mrs, Dma& dma, EngineObserver* observer)
@@ -96,6 +97,8 @@ std::optional<Qpn> Engine::Impl::create_qp(const QpInit& init) {
     qp->own_rq = std::make_unique<FifoReceiveQueue>(init.max_recv_wr);
     qp->rq = qp->own_rq.get();
   }
+  qp->req.retransmit_deadline.bind(timers_, *qp, TimerKind::AckTimeout);
+  qp->req.rnr_deadline.bind(timers_, *qp, TimerKind::RnrWait);
   qps_.emplace(qpn.value(), std::move(qp));
   return qpn;
 }
@@ -198,6 +201,7 @@ void Engine::Impl::set_state(Qp& qp, QpState to, std::string_view cause) {
 }
 
 void Engine::Impl::reset(Qp& qp) {
+  end_read_stream(qp);
   qp.req = Requester{};
   qp.resp = Responder{};
   qp.req.retries_left = qp.attr.retry_cnt;
@@ -247,7 +251,7 @@ void Engine::Impl::flush(Qp& qp) {
   }
   s.in_progress = Responder::InProgress::None;
   s.recv_held = false;
-  s.read_stream.reset();
+  end_read_stream(qp);
   s.waiting.clear();
   if (qp.uses_srq) return;  // an SRQ's WQEs belong to no single QP
   while (const RecvWr* wr = qp.rq->front()) {
@@ -410,34 +414,50 @@ void Engine::Impl::receive(const TransportPacket& p, const PacketSource& from, I
   on_response(*qp, p, now);
 }
 
+// Only the QPs with an expired deadline or a READ being answered are visited: the cost does
+// not grow with idle QPs (rocev2/engine/timers.h).
 void Engine::Impl::advance(Instant now) {
   last_now_ = now;
-  bool stepped = false;
-  for (auto& [n, qp] : qps_) {
-    Requester& r = qp->req;
-    if (r.rnr_deadline && *r.rnr_deadline <= now) on_rnr_wait_over(*qp, now);
-    if (r.retransmit_deadline && *r.retransmit_deadline <= now) on_timeout(*qp, now);
-    if (qp->resp.read_stream) {
-      stepped = true;
-      const Verdict v = step_read_stream(*qp);
-      if (v.kind != Verdict::Kind::Ok) abort_read_stream(*qp, v);
-    }
-  }
+  run_expired_timers(now);
+  const bool stepped = !streaming_.empty();
+  step_read_streams();
   // Requests that waited behind a finished READ ran here, outside the caller's batch: the
   // ACKs they owe go now.
   if (stepped && hold_acks_) release_acks();
 }
 
+// The expired deadlines are collected first: their handlers set and clear deadlines, which
+// moves them in the queue. Each is checked again before it runs (an earlier handler of the
+// same QP may have cleared or moved it).
+void Engine::Impl::run_expired_timers(Instant now) {
+  due_.clear();
+  for (auto it = timers_.begin(); it != timers_.end() && **it <= now; ++it) due_.emplace_back(&it->owner(), it->kind());
+  for (const auto& [qp, kind] : due_) {
+    Requester& r = qp->req;
+    if (kind == TimerKind::RnrWait) {
+      if (r.rnr_deadline && *r.rnr_deadline <= now) on_rnr_wait_over(*qp, now);
+    } else if (r.retransmit_deadline && *r.retransmit_deadline <= now) {
+      on_timeout(*qp, now);
+    }
+  }
+}
+
+// One step of each READ being answered. A step that ends a stream may start the next one on
+// the same QP (a READ that waited behind it): that one steps in the next call, as before.
+void Engine::Impl::step_read_streams() {
+  stepping_.clear();
+  for (Qp& qp : streaming_) stepping_.push_back(&qp);
+  for (Qp* qp : stepping_) {
+    if (!qp->resp.read_stream) continue;
+    const Verdict v = step_read_stream(*qp);
+    if (v.kind != Verdict::Kind::Ok) abort_read_stream(*qp, v);
+  }
+}
+
 std::optional<Instant> Engine::Impl::next_deadline() const {
   std::optional<Instant> earliest;
-  auto consider = [&](const std::optional<Instant>& t) {
-    if (t && (!earliest || *t < *earliest)) earliest = t;
-  };
-  for (const auto& [n, qp] : qps_) {
-    consider(qp->req.rnr_deadline);
-    consider(qp->req.retransmit_deadline);
-    if (qp->resp.read_stream) consider(last_now_);
-  }
+  if (!timers_.empty()) earliest = **timers_.begin();
+  if (!streaming_.empty() && (!earliest || last_now_ < *earliest)) earliest = last_now_;
   return earliest;
 }
 

@@ -7,6 +7,7 @@
 // call back into the same engine (queue the work and do it after the call returns).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -112,8 +113,12 @@ class Engine {
   // being answered (its responses go out a step at a time: docs/TRANSPORT.md).
   void advance(Instant now);
   // The earliest instant at which advance() has work, if any: the latest `now` given while a
-  // READ is being answered.
+  // READ is being answered. O(1): neither this nor advance() visits QPs with nothing due
+  // (rocev2/engine/timers.h).
   std::optional<Instant> next_deadline() const;
+  // Deadlines set across all QPs (ACK timeouts, RNR waits): what advance() keeps ordered.
+  // Counted by walking them, O(deadlines set): for tests and status, not for every packet.
+  std::size_t deadlines_set() const;
 
   const EngineCounters& counters() const;
 

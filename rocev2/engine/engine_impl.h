@@ -199,6 +199,7 @@ class Engine::Impl {
   void hold_acks(bool on);
   void release_acks();
   std::optional<Instant> next_deadline() const;
+  std::size_t deadlines_set() const { return timers_.size(); }
   const EngineCounters& counters() const { return counters_; }
 
  private:
@@ -277,6 +278,9 @@ class Engine::Impl {
   Verdict start_read_stream(Qp& qp, const Reth& reth, Psn psn, bool duplicate);
   Verdict step_read_stream(Qp& qp);
   void abort_read_stream(Qp& qp, const Verdict& v);
+  void end_read_stream(Qp& qp);
+  void run_expired_timers(Instant now);
+  void step_read_streams();
   void wait_behind_read(Qp& qp, const TransportPacket& p);
   void run_waiting(Qp& qp);
   void send_atomic_ack(Qp& qp, Psn psn, std::uint64_t original, bool duplicate);
@@ -294,6 +298,13 @@ class Engine::Impl {
   Dma& dma_;
   EngineObserver default_observer_;
   EngineObserver* observer_;
+  // Before qps_, so that they outlive the QPs whose hooks they hold.
+  TimerQueue timers_;              // every set Deadline of every QP, by time
+  boost::intrusive::list<Qp, boost::intrusive::member_hook<Qp, StreamingHook, &Qp::streaming>,
+                         boost::intrusive::constant_time_size<false>>
+      streaming_;                  // QPs answering a READ a step at a time
+  std::vector<std::pair<Qp*, TimerKind>> due_;  // advance(): the expired deadlines (capacity kept)
+  std::vector<Qp*> stepping_;      // advance(): the streaming QPs of this call (capacity kept)
   std::unordered_map<std::uint32_t, std::unique_ptr<Qp>> qps_;
   std::uint32_t next_qpn_ = 17;  // rxe's first QP number as well (0x11 in every capture)
   EngineCounters counters_;

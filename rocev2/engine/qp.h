@@ -13,6 +13,7 @@
 
 #include "rocev2/engine/engine.h"
 #include "rocev2/engine/memory.h"
+#include "rocev2/engine/timers.h"
 
 namespace rrdma::rocev2 {
 
@@ -51,8 +52,8 @@ struct Requester {
   std::uint32_t packets_since_ack_req = 0;
   std::uint8_t retries_left = 7;
   std::uint8_t rnr_retries_left = 7;
-  std::optional<Instant> retransmit_deadline;
-  std::optional<Instant> rnr_deadline;
+  Deadline retransmit_deadline;        // the local ACK timeout (in the engine's TimerQueue)
+  Deadline rnr_deadline;               // the end of an RNR wait (likewise)
   std::optional<Psn> rnr_resume_psn;   // where to resume when the RNR wait ends
   std::optional<Psn> gap_retry_psn;    // a read-response gap already retried from here
   bool drain_reported = false;         // SQD: SqDrained sent
@@ -134,6 +135,7 @@ struct Qp {
   bool uses_srq = false;
   Requester req;
   Responder resp;
+  StreamingHook streaming;         // linked while resp.read_stream is (Engine::Impl::streaming_)
 };
 
 }  // namespace rrdma::rocev2

@@ -491,6 +491,7 @@ Verdict Engine::Impl::start_read_stream(Qp& qp, const Reth& reth, Psn psn, bool 
     r.read_end = s.read_stream->read_end;
   }
   s.read_stream = r;
+  if (!qp.streaming.is_linked()) streaming_.push_back(qp);
   return step_read_stream(qp);
 }
 
@@ -532,10 +533,15 @@ Verdict Engine::Impl::step_read_stream(Qp& qp) {
   }
   if (r.next < r.packets) return Verdict::ok();
   const Psn last = r.first + (r.packets - 1);
-  qp.resp.read_stream.reset();
+  end_read_stream(qp);
   answered(qp, last);
   run_waiting(qp);
   return Verdict::ok();
+}
+
+void Engine::Impl::end_read_stream(Qp& qp) {
+  qp.resp.read_stream.reset();
+  if (qp.streaming.is_linked()) qp.streaming.unlink();
 }
 
 // A later step of a READ could not read its memory: NAK the PSN of the first response not
@@ -543,7 +549,7 @@ Verdict Engine::Impl::step_read_stream(Qp& qp) {
 // state, as for a request refused when it arrived.
 void Engine::Impl::abort_read_stream(Qp& qp, const Verdict& v) {
   const Psn psn = qp.resp.read_stream->first + qp.resp.read_stream->next;
-  qp.resp.read_stream.reset();
+  end_read_stream(qp);
   ++counters_.naks_sent;
   send_ack(qp, psn, nak_syndrome(v.code), PacketDecision::Sent, "NAK");
   enter_error(qp, v.why, v.event);
