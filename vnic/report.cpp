@@ -131,7 +131,8 @@ NamedCounters named(const rocev2::EngineCounters& c) {
           {"timeouts", c.timeouts},                 {"ghost_responses", c.ghost_responses},
           {"qkey_mismatch", c.qkey_mismatch},       {"uc_messages_dropped", c.uc_messages_dropped},
           {"read_streams_restarted", c.read_streams_restarted},
-          {"requests_dropped_behind_read", c.requests_dropped_behind_read}};
+          {"requests_dropped_behind_read", c.requests_dropped_behind_read},
+          {"transmit_budget_cuts", c.transmit_budget_cuts}};
 }
 
 NamedCounters named(const verbs::NicCounters& c) {

@@ -71,6 +71,7 @@ Engine::Impl::AckStop Engine::Impl::ack_through(Qp& qp, Psn last, bool& progress
 // failures), pull the send point forward past what is acknowledged, restart the timer.
 void Engine::Impl::after_progress(Qp& qp, Instant now) {
   Requester& r = qp.req;
+  if (transmit_budget_ < kTransmitBudget) ++transmit_budget_;
   r.retries_left = qp.attr.retry_cnt;
   r.rnr_retries_left = qp.attr.rnr_retry;
   r.gap_retry_psn.reset();

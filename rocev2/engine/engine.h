@@ -73,6 +73,7 @@ struct EngineCounters {
   std::uint64_t uc_messages_dropped = 0;
   std::uint64_t read_streams_restarted = 0;       // a duplicate READ replaced the rest of its answer
   std::uint64_t requests_dropped_behind_read = 0; // the queue behind a READ being answered was full
+  std::uint64_t transmit_budget_cuts = 0;  // a timeout halved what the QPs may have unacknowledged
 };
 
 class Engine {

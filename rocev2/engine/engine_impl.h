@@ -21,6 +21,17 @@ namespace rrdma::rocev2 {
 // rxe's limits, kept so that our traffic looks like its: at most 128 PSNs unacknowledged
 // (RXE_MAX_UNACKED_PSNS) and an AckReq at least every 64 packets (RXE_MAX_PKT_PER_ACK).
 inline constexpr std::uint32_t kMaxUnackedPsns = 128;
+// What all RC QPs of an engine together may have unacknowledged before each is held to its
+// share (Engine::Impl::unacked_limit): at most kTransmitBudget packets, a few milliseconds of
+// queue at a receiver on this machine, far below the shortest ACK timeout programs use
+// (timeout 14: 67 ms). A timeout halves the budget (at most once per kBudgetCutInterval, down
+// to kMinTransmitBudget); each ACK that acknowledges something gives one packet back: a
+// receiver slower than that (a loaded machine) is not buried in go-back-N duplicates. The
+// smallest share is one packet.
+inline constexpr std::size_t kTransmitBudget = 2048;
+inline constexpr std::size_t kMinTransmitBudget = 128;
+inline constexpr Duration kBudgetCutInterval = std::chrono::milliseconds(10);
+inline constexpr std::size_t kMinUnackedPsns = 1;
 inline constexpr std::uint32_t kPacketsPerAckReq = 64;
 // The responder acknowledges at least every this many packets even without AckReq.
 inline constexpr std::uint32_t kPacketsPerAck = 64;
@@ -200,6 +211,8 @@ class Engine::Impl {
   void release_acks();
   std::optional<Instant> next_deadline() const;
   std::size_t deadlines_set() const { return timers_.size(); }
+  std::uint32_t unacked_limit() const;
+  void cut_transmit_budget(Instant now);
   const EngineCounters& counters() const { return counters_; }
 
  private:
@@ -314,6 +327,8 @@ class Engine::Impl {
   std::vector<ResolvedSge> following_sges_; // SGEs of a WQE read ahead before it starts
   std::uint64_t next_wqe_serial_ = 1;
   Instant last_now_{};                 // the latest time given: "now" for next_deadline()
+  std::size_t transmit_budget_ = kTransmitBudget;  // unacked_limit(): shared by the QPs sending
+  Instant next_budget_cut_{};          // a timeout before this does not halve the budget again
   bool hold_acks_ = false;
   std::vector<Qpn> acks_held_;         // QPs whose responder holds an ACK (Responder::held_ack)
 };

@@ -9,6 +9,25 @@
 
 namespace rrdma::rocev2 {
 
+// Each RC QP may have rxe's 128 PSNs unacknowledged while few QPs send; when many do, they
+// share kTransmitBudget packets (at least kMinUnackedPsns each). The QPs sending are those
+// with an ACK timeout (or RNR wait) set, counted by the timer queue in O(1). Without the
+// share, 256 QPs of ib_write_bw -q 256 put 32768 packets (128 MB) in flight at once; the
+// receiver needed longer than the 67 ms ACK timeout to drain them, every QP timed out and
+// went back N, and the duplicates took the rest: 19 MB/s against 556 with one QP
+// (docs/TRANSPORT.md, "Sharing the wire").
+std::uint32_t Engine::Impl::unacked_limit() const {
+  const std::size_t sending = std::max<std::size_t>(timers_.size(), 1);
+  return static_cast<std::uint32_t>(std::clamp<std::size_t>(transmit_budget_ / sending, kMinUnackedPsns, kMaxUnackedPsns));
+}
+
+void Engine::Impl::cut_transmit_budget(Instant now) {
+  if (now < next_budget_cut_) return;
+  next_budget_cut_ = now + kBudgetCutInterval;
+  transmit_budget_ = std::max(kMinTransmitBudget, transmit_budget_ / 2);
+  ++counters_.transmit_budget_cuts;
+}
+
 void Engine::Impl::pump(Qp& qp, Instant now) {
   const ReadAheadScope read_ahead(read_ahead_);
   Requester& r = qp.req;
@@ -27,7 +46,7 @@ void Engine::Impl::pump(Qp& qp, Instant now) {
       complete_local_front(qp);
       continue;
     }
-    if (qp.type == QpType::Rc && r.next_psn.distance_from(r.comp_psn) >= kMaxUnackedPsns) break;
+    if (qp.type == QpType::Rc && r.next_psn.distance_from(r.comp_psn) >= unacked_limit()) break;
     if (!send_next_packet(qp, w, now)) return;
     if (!w.fully_sent()) continue;
     ++r.next_send;
@@ -208,8 +227,10 @@ bool Engine::Impl::fill_segment(Qp& qp, SendWqe& w, TransportPacket& p) {
   p.bth.solicited = last && (w.wr.flags & send_flags::kSolicited) != 0;
   if (qp.type == QpType::Rc) {
     // rxe's policy, seen in every capture: AckReq on the last packet of a message, and
-    // at least every 64 packets within a long one.
-    p.bth.ack_req = last || ++r.packets_since_ack_req >= kPacketsPerAckReq;
+    // at least every 64 packets within a long one; and at least once per unacknowledged-PSN
+    // window, so that a QP whose window is smaller (many QPs sending) is never stalled with
+    // no ACK asked for.
+    p.bth.ack_req = last || ++r.packets_since_ack_req >= std::min(kPacketsPerAckReq, unacked_limit());
     if (p.bth.ack_req) r.packets_since_ack_req = 0;
   }
   if (w.wr.flags & send_flags::kInline) {
@@ -242,8 +263,9 @@ std::size_t Engine::Impl::read_ahead_window(const Qp& qp, const SendWqe& w, std:
                                             std::size_t size) const {
   std::uint64_t window = std::min<std::uint64_t>(w.length - offset, kReadAheadBytes);
   if (qp.type == QpType::Rc) {
-    const std::uint32_t in_flight = std::min(qp.req.next_psn.distance_from(qp.req.comp_psn), kMaxUnackedPsns);
-    window = std::min<std::uint64_t>(window, std::uint64_t{kMaxUnackedPsns - in_flight} * qp.attr.path_mtu);
+    const std::uint32_t limit = unacked_limit();
+    const std::uint32_t in_flight = std::min(qp.req.next_psn.distance_from(qp.req.comp_psn), limit);
+    window = std::min<std::uint64_t>(window, std::uint64_t{limit - in_flight} * qp.attr.path_mtu);
   }
   return static_cast<std::size_t>(std::max<std::uint64_t>(window, size));
 }
@@ -264,8 +286,9 @@ std::optional<std::span<const std::uint8_t>> Engine::Impl::read_payload(Qp& qp, 
   if (offset + window == w.length) {
     std::uint32_t psns_left = std::numeric_limits<std::uint32_t>::max();
     if (qp.type == QpType::Rc) {
-      const std::uint32_t in_flight = std::min(qp.req.next_psn.distance_from(qp.req.comp_psn), kMaxUnackedPsns);
-      psns_left = kMaxUnackedPsns - in_flight - std::min(kMaxUnackedPsns - in_flight, w.packets - w.next_packet);
+      const std::uint32_t limit = unacked_limit();
+      const std::uint32_t in_flight = std::min(qp.req.next_psn.distance_from(qp.req.comp_psn), limit);
+      psns_left = limit - in_flight - std::min(limit - in_flight, w.packets - w.next_packet);
     }
     read_ahead_following(qp, psns_left);
   }
@@ -337,6 +360,7 @@ void Engine::Impl::on_timeout(Qp& qp, Instant now) {
   r.retransmit_deadline.reset();
   if (r.comp_psn == r.high_psn || r.sq.empty()) return;
   ++counters_.timeouts;
+  cut_transmit_budget(now);
   if (r.retries_left == 0) {
     fail_front(qp, WcStatus::RetryExcErr, "transport retry counter exceeded");
     return;

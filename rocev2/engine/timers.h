@@ -7,7 +7,8 @@
 // nothing at all per QP that has none (a scan of every QP per event cost 1024 idle QPs'
 // worth of work on every packet). Boost.Intrusive: the links live in the QP, so setting and
 // clearing a deadline allocates nothing, and a QP destroyed with a deadline set leaves the
-// queue by itself (auto_unlink).
+// queue in its destructor. The queue counts its elements in O(1): the number of QPs with a
+// deadline set is how many QPs share the transmit budget (Engine::Impl::unacked_limit).
 #pragma once
 
 #include <cstdint>
@@ -27,11 +28,11 @@ class Deadline;
 struct DeadlineOrder {
   bool operator()(const Deadline& a, const Deadline& b) const;
 };
-using AutoUnlinkSetHook = boost::intrusive::set_base_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>;
+using DeadlineHook = boost::intrusive::set_base_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>;
 using TimerQueue = boost::intrusive::multiset<Deadline, boost::intrusive::compare<DeadlineOrder>,
-                                              boost::intrusive::constant_time_size<false>>;
+                                              boost::intrusive::constant_time_size<true>>;
 
-class Deadline : public AutoUnlinkSetHook {
+class Deadline : public DeadlineHook {
  public:
   Deadline() = default;
   Deadline(const Deadline&) = delete;
@@ -45,7 +46,7 @@ class Deadline : public AutoUnlinkSetHook {
     }
     return *this;
   }
-  ~Deadline() = default;
+  ~Deadline() { reset(); }
 
   // Binds the deadline to the engine's queue and names the QP it belongs to; until then it
   // is a plain optional time (as in unit tests of the requester alone).
@@ -56,14 +57,14 @@ class Deadline : public AutoUnlinkSetHook {
   }
 
   Deadline& operator=(Instant when) {
-    if (is_linked()) unlink();
+    unlink_from_queue();
     when_ = when;
     set_ = true;
     if (queue_ != nullptr) queue_->insert(*this);
     return *this;
   }
   void reset() {
-    if (is_linked()) unlink();
+    unlink_from_queue();
     set_ = false;
   }
   explicit operator bool() const { return set_; }
@@ -73,6 +74,8 @@ class Deadline : public AutoUnlinkSetHook {
   TimerKind kind() const { return kind_; }
 
  private:
+  void unlink_from_queue();
+
   TimerQueue* queue_ = nullptr;
   Qp* owner_ = nullptr;
   TimerKind kind_ = TimerKind::AckTimeout;
@@ -81,6 +84,10 @@ class Deadline : public AutoUnlinkSetHook {
 };
 
 inline bool DeadlineOrder::operator()(const Deadline& a, const Deadline& b) const { return *a < *b; }
+
+inline void Deadline::unlink_from_queue() {
+  if (is_linked()) queue_->erase(queue_->iterator_to(*this));
+}
 
 // The QPs whose responder is answering a READ a step at a time (Responder::read_stream):
 // advance() steps only these.

@@ -94,5 +94,53 @@ TEST_CASE("engine timers: a READ answered in steps keeps its responder due until
   CHECK(p.b.host.take_sent().size() == length / 1024);
 }
 
+// kTransmitBudget (2048) packets are shared by the QPs sending: with 64 QPs each holding one
+// packet unacknowledged, a long message on one of them goes out 2048 / 64 = 32 packets at a
+// time (one of them already in flight); a timeout halves the budget, so the retry goes 16
+// at a time; ACKs give it back.
+TEST_CASE("engine: many QPs sending share the transmit budget, a timeout halves it") {
+  constexpr std::size_t kQps = 64;
+  Pair p;
+  const MrFacts src = p.a.memory.add(p.a.pd, access::kLocalWrite, 200 * 1024, 0x100000);
+  const MrFacts dst = p.b.memory.add(p.b.pd, access::kLocalWrite, 200 * 1024, 0x200000);
+  std::vector<std::pair<Qpn, Qpn>> qps{{p.a.qpn, p.b.qpn}};
+  QpInit init;
+  while (qps.size() < kQps) {
+    init.pd = p.a.pd;
+    p.a.qpn = *p.a.engine.create_qp(init);
+    init.pd = p.b.pd;
+    p.b.qpn = *p.b.engine.create_qp(init);
+    p.connect(p.a, p.b, p.a_psn, p.b_psn, QpType::Rc, 1024, {}, 0);
+    p.connect(p.b, p.a, p.b_psn, p.a_psn, QpType::Rc, 1024, {}, 0);
+    qps.emplace_back(p.a.qpn, p.b.qpn);
+  }
+  for (const auto& [a, b] : qps) {
+    REQUIRE(p.b.engine.post_recv(b, recv_wr(1, dst, 1024)) == VerbResult::Ok);
+    REQUIRE(p.a.engine.post_send(a, send_wr(1, WrOpcode::Send, src, 1024), p.now) == VerbResult::Ok);
+  }
+  REQUIRE(p.a.host.take_sent().size() == kQps);
+  REQUIRE(p.a.engine.deadlines_set() == kQps);
+
+  const Qpn first = qps.front().first;
+  REQUIRE(p.b.engine.post_recv(qps.front().second, recv_wr(2, dst, 200 * 1024)) == VerbResult::Ok);
+  REQUIRE(p.a.engine.post_send(first, send_wr(2, WrOpcode::Send, src, 200 * 1024), p.now) == VerbResult::Ok);
+  CHECK(p.a.host.take_sent().size() == 2048 / kQps - 1);
+
+  // Nothing is delivered: every QP times out together; the budget is halved once.
+  p.now = *p.a.engine.next_deadline();
+  p.a.engine.advance(p.now);
+  CHECK(p.a.engine.counters().transmit_budget_cuts == 1);
+  std::size_t from_first = 0;
+  for (const Captured& c : p.a.host.take_sent()) from_first += c.src_qpn == first;
+  CHECK(from_first == 1024 / kQps);
+
+  // Everything is delivered and acknowledged: all messages complete.
+  p.exchange();
+  for (int i = 0; i < 1000 && p.advance_to_next_deadline(); ++i) p.exchange();
+  std::size_t completed = 0;
+  for (const Completion& c : p.a.host.take_completions()) completed += c.status == WcStatus::Success;
+  CHECK(completed == kQps + 1);
+}
+
 }  // namespace
 }  // namespace rrdma::test
