@@ -46,6 +46,14 @@ nlohmann::json to_json(const Counts& counts) {
   return out;
 }
 
+// The decisions that happened, by name ("out_of_sequence_nak").
+nlohmann::json to_json(const DecisionCounts& counts) {
+  nlohmann::json out = nlohmann::json::object();
+  for (std::size_t i = 0; i < counts.size(); ++i)
+    if (counts[i] != 0) out[key_of(rocev2::to_string(static_cast<rocev2::PacketDecision>(i)))] = counts[i];
+  return out;
+}
+
 // One flat object, so that `stats` prints it like the other layers.
 void add_acks(nlohmann::json& out, const char* direction, const AckCounts& counts) {
   const std::string prefix(direction);
@@ -122,8 +130,9 @@ void RoceStats::count_packet(bool sent, const rocev2::TransportPacket& packet, r
 
 void RoceStats::count_decision(rocev2::Qpn qpn, const rocev2::Bth& bth, rocev2::PacketDecision decision,
                                std::string_view detail) {
-  const std::string_view name = rocev2::to_string(decision);
-  bump(decisions_, name);
+  const auto index = static_cast<std::size_t>(decision);
+  if (index >= kDecisionKinds) return;
+  ++decisions_[index];
   const bool retransmitted = decision == rocev2::PacketDecision::Retransmitted;
   const bool dropped = decision == rocev2::PacketDecision::Dropped;
   if (retransmitted) {
@@ -133,7 +142,7 @@ void RoceStats::count_decision(rocev2::Qpn qpn, const rocev2::Bth& bth, rocev2::
   if (dropped) bump(drops_, detail);
   QpStats* stats = qp(qpn);
   if (stats == nullptr) return;
-  bump(stats->decisions, name);
+  ++stats->decisions[index];
   if (retransmitted) bump(stats->retransmissions, detail);
   if (dropped) bump(stats->drops, detail);
 }
@@ -171,7 +180,7 @@ void RoceStats::add_to(nlohmann::json& stats) const {
   stats["roce_retransmissions"] = to_json(retransmissions_);
   stats["roce_drops"] = to_json(drops_);
   nlohmann::json qps = nlohmann::json::object();
-  for (const auto& [qpn, qp] : qps_) qps[std::to_string(qpn)] = qp_json(qp);
+  for (const auto& [qpn, qp] : qps_) qps[std::to_string(qpn)] = qp_json(qp);  // json objects sort their keys
   stats["qps"] = std::move(qps);
   stats["roce"]["qps_not_tracked"] = qps_not_tracked_;
 }

@@ -5,8 +5,10 @@
 // both for the whole vnic and per local QP.
 //
 // Fed by RocePort (every verified or emitted transport packet) and by the engine's observer
-// (decisions, state changes, completions). Counting is a few array and map updates per
-// packet, always on: stats must be there when the trouble already happened.
+// (decisions, state changes, completions). Counting is a few array updates and one hash
+// lookup per packet, always on: stats must be there when the trouble already happened.
+// Names are made only when `stats` asks (add_to); the detail strings of retransmissions and
+// drops, which are rare, are keyed as they come.
 #pragma once
 
 #include <array>
@@ -14,6 +16,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -42,12 +45,17 @@ struct AckCounts {
   std::map<std::string, std::uint64_t> naks_by_code;
 };
 
+// Packets by engine decision, indexed by rocev2::PacketDecision.
+// UcMessageDropped is the last of them (rocev2/engine/ports.h): keep it so when adding one.
+inline constexpr std::size_t kDecisionKinds = static_cast<std::size_t>(rocev2::PacketDecision::UcMessageDropped) + 1;
+using DecisionCounts = std::array<std::uint64_t, kDecisionKinds>;
+
 struct QpStats {
   DirectionCounts tx;
   DirectionCounts rx;
   AckCounts tx_acks;
   AckCounts rx_acks;
-  std::map<std::string, std::uint64_t, std::less<>> decisions;       // engine decision -> packets
+  DecisionCounts decisions{};                                          // engine decision -> packets
   std::map<std::string, std::uint64_t, std::less<>> retransmissions;  // reason -> packets
   std::map<std::string, std::uint64_t, std::less<>> drops;            // reason -> packets
   std::uint64_t completions = 0;
@@ -81,10 +89,10 @@ class RoceStats {
 
   std::array<OpcodeCounts, 256> opcodes_{};
   AckCounts tx_acks_, rx_acks_;
-  std::map<std::string, std::uint64_t, std::less<>> decisions_;
+  DecisionCounts decisions_{};
   std::map<std::string, std::uint64_t, std::less<>> retransmissions_;
   std::map<std::string, std::uint64_t, std::less<>> drops_;
-  std::map<std::uint32_t, QpStats> qps_;
+  std::unordered_map<std::uint32_t, QpStats> qps_;  // node-based: qp()'s pointers stay valid
   std::uint64_t qps_not_tracked_ = 0;
 };
 

@@ -126,6 +126,22 @@ TEST_CASE("RoCE counters by opcode, ACK kind, decision and QP") {
   CHECK(qp["retransmissions"]["nak_psn_sequence_error"] == 1);
 }
 
+// Decisions are counted in an array indexed by the enum and named only for `stats`: every
+// one of them, the last (UC message dropped) included, must come out under its own name.
+TEST_CASE("RoCE counters: every engine decision is counted and named") {
+  RoceStats stats;
+  rocev2::Bth bth;
+  const auto last = static_cast<int>(rocev2::PacketDecision::UcMessageDropped);
+  for (int d = 0; d <= last; ++d)
+    stats.count_decision(rocev2::Qpn{0x11}, bth, static_cast<rocev2::PacketDecision>(d), "why");
+  nlohmann::json out;
+  stats.add_to(out);
+  CHECK(out["roce_decisions"].size() == static_cast<std::size_t>(last + 1));
+  CHECK(out["qps"]["17"]["decisions"].size() == static_cast<std::size_t>(last + 1));
+  CHECK(out["roce_decisions"]["uc_message_dropped"] == 1);
+  CHECK(out["roce_decisions"]["out_of_sequence_nak_sent"] == 1);
+}
+
 TEST_CASE("trace filters from a client are checked") {
   std::string error;
   auto filter = parse_trace_filter({{"cmd", "trace"}}, error);
