@@ -324,7 +324,7 @@ class Engine::Impl {
   std::vector<std::uint8_t> scratch_;  // inline payloads
   ReadAhead read_ahead_;               // payloads from registered memory
   std::vector<DmaPiece> gather_pieces_;     // the read-ahead's gather list (capacity kept)
-  std::vector<ResolvedSge> following_sges_; // SGEs of a WQE read ahead before it starts
+  ResolvedSges following_sges_; // SGEs of a WQE read ahead before it starts
   std::uint64_t next_wqe_serial_ = 1;
   Instant last_now_{};                 // the latest time given: "now" for next_deadline()
   std::size_t transmit_budget_ = kTransmitBudget;  // unacked_limit(): shared by the QPs sending

@@ -11,8 +11,8 @@ bool range_inside(const MrFacts& mr, std::uint64_t addr, std::uint64_t length) {
   return offset <= mr.length && length <= mr.length - offset;
 }
 
-LocalCheck resolve_sges(const MrTable& mrs, std::uint32_t pd, const std::vector<Sge>& sges,
-                        bool need_write, std::vector<ResolvedSge>& out) {
+LocalCheck resolve_sges(const MrTable& mrs, std::uint32_t pd, const SgeList& sges,
+                        bool need_write, ResolvedSges& out) {
   out.clear();
   std::uint64_t total = 0;
   for (const Sge& sge : sges) {
@@ -28,7 +28,7 @@ LocalCheck resolve_sges(const MrTable& mrs, std::uint32_t pd, const std::vector<
   return LocalCheck::Ok;
 }
 
-std::uint64_t total_length(const std::vector<ResolvedSge>& sges) {
+std::uint64_t total_length(const ResolvedSges& sges) {
   std::uint64_t n = 0;
   for (const ResolvedSge& s : sges) n += s.length;
   return n;
@@ -38,7 +38,7 @@ namespace {
 
 // Calls fn(sge, address, span offset, length) for each piece of [offset, offset + size).
 template <typename Fn>
-bool for_each_piece(const std::vector<ResolvedSge>& sges, std::uint64_t offset, std::size_t size,
+bool for_each_piece(const ResolvedSges& sges, std::uint64_t offset, std::size_t size,
                     Fn fn) {
   std::size_t done = 0;
   for (const ResolvedSge& s : sges) {
@@ -76,7 +76,7 @@ bool Dma::read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> 
   return at == out.size();
 }
 
-bool append_pieces(const std::vector<ResolvedSge>& sges, std::uint64_t offset, std::size_t size,
+bool append_pieces(const ResolvedSges& sges, std::uint64_t offset, std::size_t size,
                    std::vector<DmaPiece>& out) {
   return for_each_piece(sges, offset, size, [&](const ResolvedSge& s, std::uint64_t addr, std::size_t,
                                                 std::size_t n) {
@@ -85,7 +85,7 @@ bool append_pieces(const std::vector<ResolvedSge>& sges, std::uint64_t offset, s
   });
 }
 
-bool scatter(Dma& dma, const std::vector<ResolvedSge>& sges, std::uint64_t offset,
+bool scatter(Dma& dma, const ResolvedSges& sges, std::uint64_t offset,
              std::span<const std::uint8_t> in) {
   return for_each_piece(sges, offset, in.size(), [&](const ResolvedSge& s, std::uint64_t addr,
                                                      std::size_t at, std::size_t n) {

@@ -28,7 +28,7 @@ struct SendWqe {
   std::uint32_t next_packet = 0;   // requester: next packet index to (re)send
   std::uint32_t responses_received = 0;  // completer: READ response packets taken in order
   std::uint32_t read_restart = 0;  // READ: first packet index the latest request asked for
-  std::vector<ResolvedSge> sges;   // local memory (source of SEND/WRITE, sink of READ/atomic)
+  ResolvedSges sges;   // local memory (source of SEND/WRITE, sink of READ/atomic)
   bool signaled = false;
 
   Psn last_psn() const { return first_psn + (packets - 1); }
@@ -106,7 +106,7 @@ struct Responder {
   std::optional<Psn> held_ack;     // a positive ACK owed, sent by release_acks() (hold_acks)
   // The message in progress: SEND (a receive WQE being filled) or WRITE (a remote range).
   enum class InProgress : std::uint8_t { None, Send, Write } in_progress = InProgress::None;
-  std::vector<ResolvedSge> recv_sges;
+  ResolvedSges recv_sges;
   std::uint64_t recv_wr_id = 0;
   std::uint64_t recv_offset = 0;
   std::optional<MrFacts> write_mr;

@@ -313,7 +313,7 @@ void Engine::Impl::read_ahead_following(Qp& qp, std::uint32_t psns_left) {
   for (std::size_t i = r.next_send + 1; i < r.sq.size() && read_ahead_.room() > 0; ++i) {
     const SendWqe& next = r.sq[i];
     if (next.holds_responder_resource() || next.is_local() || (next.wr.flags & send_flags::kInline)) return;
-    const std::vector<ResolvedSge>* sges = &next.sges;
+    const ResolvedSges* sges = &next.sges;
     if (next.started) {
       if (next.next_packet != 0) return;
     } else {

@@ -732,7 +732,7 @@ void Engine::Impl::ud_request(Qp& qp, const TransportPacket& p, const PacketSour
   Completion c;
   c.wr_id = wr->wr_id;
   c.opcode = WcOpcode::Recv;
-  std::vector<ResolvedSge> sges;
+  ResolvedSges sges;
   const LocalCheck check = resolve_sges(mrs_, qp.pd, wr->sg_list, true, sges);
   qp.rq->pop();
   const std::size_t need = kGrhLength + p.payload.size();

@@ -7,6 +7,8 @@
 #include <optional>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "rocev2/types.h"
 #include "rocev2/verbs_codes.h"
 #include "stack/addresses.h"
@@ -40,6 +42,10 @@ struct Sge {
   std::uint32_t length = 0;
   Lkey lkey{};
 };
+// A work request's scatter/gather list. Almost every WR has one or two SGEs: they live in the
+// WR itself, and posting one allocates nothing (bench/instructions counted malloc and free
+// among the sender's top functions per packet when this was a std::vector).
+using SgeList = boost::container::small_vector<Sge, 2>;
 
 // IBV_WR_BIND_MW (ibv_post_send(3) bind_mw, ibv_bind_mw(3)): bind the window whose R_Key is
 // `mw_rkey` to [addr, addr + length) of the region `mr_lkey` names, with `access` rights
@@ -58,7 +64,7 @@ struct SendWr {
   std::uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::Send;
   std::uint32_t flags = 0;              // send_flags::
-  std::vector<Sge> sg_list;
+  SgeList sg_list;
   // With send_flags::kInline the payload is these bytes, copied by the poster at post time
   // (the verbs layer puts them into the WQE); sg_list is then ignored.
   std::vector<std::uint8_t> inline_data;
@@ -83,7 +89,7 @@ struct SendWr {
 
 struct RecvWr {
   std::uint64_t wr_id = 0;
-  std::vector<Sge> sg_list;
+  SgeList sg_list;
 };
 
 // One work completion. `send_queue` says which CQ it belongs to (the QP's send or receive CQ).

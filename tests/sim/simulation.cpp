@@ -87,7 +87,7 @@ struct Op {
   std::uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::Send;
   std::vector<std::uint8_t> data;    // sent or written; for READ, what should come back
-  std::vector<Sge> local;
+  rocev2::SgeList local;
   std::uint64_t remote_addr = 0;
   std::vector<std::uint8_t> target_before;   // WRITE: the target bytes before the op
   std::uint64_t expected_original = 0;       // atomics
@@ -103,7 +103,7 @@ struct Op {
 struct PostedRecv {
   std::uint64_t wr_id = 0;
   std::size_t slot = 0;
-  std::vector<Sge> sges;
+  rocev2::SgeList sges;
 };
 
 struct Flow {
@@ -172,8 +172,8 @@ class Simulation {
   bool make_read_then_send(Flow& f, std::size_t index, Op& read);
   WrOpcode pick_opcode(QpType type);
   std::uint32_t pick_length(std::uint32_t limit_mtu, std::uint32_t max);
-  std::vector<Sge> scatter(const MrFacts& mr, std::uint64_t base, std::uint32_t length);
-  std::vector<std::uint8_t> gather(SimMemory& mem, const MrFacts& mr, const std::vector<Sge>& sges,
+  rocev2::SgeList scatter(const MrFacts& mr, std::uint64_t base, std::uint32_t length);
+  std::vector<std::uint8_t> gather(SimMemory& mem, const MrFacts& mr, const rocev2::SgeList& sges,
                                    std::size_t length);
   // checks
   void on_completion(Node& node, const Completion& wc);
@@ -385,8 +385,8 @@ void Simulation::bring_up(Node& node, Qpn qpn, QpType type, const rocev2::QpAttr
   to(rocev2::QpState::Rts, rts);
 }
 
-std::vector<Sge> Simulation::scatter(const MrFacts& mr, std::uint64_t base, std::uint32_t length) {
-  std::vector<Sge> sges;
+rocev2::SgeList Simulation::scatter(const MrFacts& mr, std::uint64_t base, std::uint32_t length) {
+  rocev2::SgeList sges;
   if (length == 0) return sges;
   const auto pieces = static_cast<std::uint32_t>(rng_.between(1, std::min<std::uint32_t>(kMaxSges, length)));
   std::uint64_t addr = base;
@@ -402,7 +402,7 @@ std::vector<Sge> Simulation::scatter(const MrFacts& mr, std::uint64_t base, std:
   return sges;
 }
 
-std::vector<std::uint8_t> Simulation::gather(SimMemory& mem, const MrFacts& mr, const std::vector<Sge>& sges,
+std::vector<std::uint8_t> Simulation::gather(SimMemory& mem, const MrFacts& mr, const rocev2::SgeList& sges,
                                              std::size_t length) {
   std::vector<std::uint8_t> out;
   for (const auto& sge : sges) {
