@@ -419,6 +419,8 @@ nlohmann::json figures(const Snapshot& a, const Snapshot& b, std::size_t frame_b
   const auto per = [](double numerator, double denominator) {
     return denominator > 0 ? nlohmann::json(numerator / denominator) : nlohmann::json(nullptr);
   };
+  // frames_lost is what was written and not read back within the window: the TAPs' drops,
+  // give or take the frames still queued at either end (up to the receiving queue's length).
   return {{"seconds", seconds},
           {"frames_sent", written},
           {"frames_received", frames},
