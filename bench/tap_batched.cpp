@@ -458,6 +458,67 @@ int first_error(const std::vector<std::unique_ptr<Lane>>& lanes) {
   return 0;
 }
 
+struct TapQueues {
+  std::vector<std::unique_ptr<Tap>> tx;
+  std::vector<std::unique_ptr<Tap>> rx;
+};
+
+// Each Tap of a multi-queue TAP is one more queue.
+TapQueues attach_queues(const BatchedConfig& config) {
+  TapQueues queues;
+  for (unsigned q = 0; q < config.queues; ++q) {
+    queues.tx.push_back(std::make_unique<Tap>(config.tx_name, config.features));
+    queues.rx.push_back(std::make_unique<Tap>(config.rx_name, config.features));
+  }
+  teach_bridge(*queues.tx[0], *queues.rx[0]);
+  for (const auto& queue : queues.rx) drain(queue->fd());
+  return queues;
+}
+
+std::vector<std::unique_ptr<Lane>> make_lanes(const BatchedConfig& config, const TapQueues& queues) {
+  std::vector<std::unique_ptr<Lane>> lanes;
+  for (unsigned q = 0; q < config.queues; ++q) {
+    // A flow (UDP source port) per queue, as RoCE spreads QPs over source ports.
+    const auto flow_port = static_cast<std::uint16_t>(49152 + q);
+    const Tap* tx = queues.tx[q].get();
+    const Tap* rx = queues.rx[q].get();
+    if (config.split) {
+      lanes.push_back(std::make_unique<Lane>(config, tx, nullptr, flow_port));
+      lanes.push_back(std::make_unique<Lane>(config, nullptr, rx, flow_port));
+    } else {
+      lanes.push_back(std::make_unique<Lane>(config, tx, rx, flow_port));
+    }
+  }
+  return lanes;
+}
+
+// A thread per lane; the figures are taken between two snapshots after a warm-up, so that
+// neither the start nor the stop of the threads is in them.
+std::pair<Snapshot, Snapshot> run_lanes(const std::vector<std::unique_ptr<Lane>>& lanes, const BatchedConfig& config) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> failures(lanes.size());
+  for (std::size_t i = 0; i < lanes.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        lanes[i]->run(stop);
+      } catch (...) {
+        failures[i] = std::current_exception();
+      }
+    });
+  }
+  std::this_thread::sleep_for(kWarmUp);
+  Snapshot start = take_snapshot(lanes, config);
+  std::this_thread::sleep_for(std::chrono::duration<double>(config.seconds));
+  Snapshot end = take_snapshot(lanes, config);
+  stop = true;
+  for (auto& thread : threads) thread.join();
+  for (const auto& failure : failures) {
+    if (failure) std::rethrow_exception(failure);
+  }
+  return {std::move(start), std::move(end)};
+}
+
 }  // namespace
 
 bool kernel_has_multishot_read() {
@@ -472,46 +533,9 @@ bool kernel_has_multishot_read() {
 
 nlohmann::json batched_bandwidth(const BatchedConfig& config) {
   check(config);
-  std::vector<std::unique_ptr<Tap>> tx_queues;
-  std::vector<std::unique_ptr<Tap>> rx_queues;
-  for (unsigned q = 0; q < config.queues; ++q) {
-    tx_queues.push_back(std::make_unique<Tap>(config.tx_name, config.features));
-    rx_queues.push_back(std::make_unique<Tap>(config.rx_name, config.features));
-  }
-  teach_bridge(*tx_queues[0], *rx_queues[0]);
-  for (const auto& queue : rx_queues) drain(queue->fd());
-  std::vector<std::unique_ptr<Lane>> lanes;
-  for (unsigned q = 0; q < config.queues; ++q) {
-    // A flow (UDP source port) per queue, as RoCE spreads QPs over source ports.
-    const auto flow_port = static_cast<std::uint16_t>(49152 + q);
-    if (config.split) {
-      lanes.push_back(std::make_unique<Lane>(config, tx_queues[q].get(), nullptr, flow_port));
-      lanes.push_back(std::make_unique<Lane>(config, nullptr, rx_queues[q].get(), flow_port));
-    } else {
-      lanes.push_back(std::make_unique<Lane>(config, tx_queues[q].get(), rx_queues[q].get(), flow_port));
-    }
-  }
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> failures(lanes.size());
-  for (std::size_t i = 0; i < lanes.size(); ++i) {
-    threads.emplace_back([&, i] {
-      try {
-        lanes[i]->run(stop);
-      } catch (...) {
-        failures[i] = std::current_exception();
-      }
-    });
-  }
-  std::this_thread::sleep_for(kWarmUp);
-  const Snapshot start = take_snapshot(lanes, config);
-  std::this_thread::sleep_for(std::chrono::duration<double>(config.seconds));
-  const Snapshot end = take_snapshot(lanes, config);
-  stop = true;
-  for (auto& thread : threads) thread.join();
-  for (const auto& failure : failures) {
-    if (failure) std::rethrow_exception(failure);
-  }
+  const TapQueues queues = attach_queues(config);
+  const auto lanes = make_lanes(config, queues);
+  const auto [start, end] = run_lanes(lanes, config);
   auto result = describe(config);
   result.update(figures(start, end, std::max(config.frame_size, kMinFrame)));
   if (const int error = first_error(lanes); error != 0) result["first_error"] = std::strerror(error);
