@@ -2,12 +2,19 @@
 // TAP, switched by a Linux bridge, read from another TAP. No protocol at all, so whatever
 // rrdma-vnic achieves is measured against this (bench/run prints both).
 //
+//   tap_ceiling --tx TAP_A --rx TAP_B --size 1082 --seconds 3 --mode batched --queues 2
 //   tap_ceiling --tx TAP_A --rx TAP_B --size 1082 --seconds 3 --mode bandwidth
 //   tap_ceiling --tx TAP_A --rx TAP_B --size 64 --mode latency --count 2000
 //   tap_ceiling --tx TAP_A --rx TAP_B --size 64 --mode echo --frames raw
 //
-// The TAPs must exist (bench/run creates them with `ip tuntap add ... mode tap` and puts
-// them on a bridge). Two kinds of frame (--frames):
+// The TAPs must exist (bench/run creates them with `ip tuntap add ... mode tap [multi_queue]`
+// and puts them on a bridge). Bandwidth comes two ways (--mode):
+//   batched    the most any program gets through the TAPs: io_uring, many writes per
+//              io_uring_enter, many reads in flight, registered files and buffers, the TAP
+//              features asked for, a thread per TAP queue (bench/tap_batched.h);
+//   bandwidth  one write(2) per frame from one thread, one read(2) per frame in another:
+//              the old ceiling, "one call per frame".
+// Two kinds of frame (--frames):
 //   ipv4  (default) valid IPv4 + UDP headers (UDP checksum 0, as RoCE v2 sends), the frames a
 //         RoCE NIC puts on the bridge: on a host with br_netfilter loaded every bridged IPv4
 //         frame passes the iptables hooks, and this ceiling pays them as the vnics do;
@@ -16,12 +23,7 @@
 // Latency comes two ways (--mode): `latency` ping-pongs both TAPs from one thread, so no
 // process ever sleeps; `echo` answers from a second thread that blocks in poll(2), as a NIC
 // daemon does, so every hop pays a wake-up. Prints one JSON object on stdout.
-#include <fcntl.h>
-#include <linux/if.h>
-#include <linux/if_tun.h>
 #include <poll.h>
-#include <sys/ioctl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,120 +32,22 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <stdexcept>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/tap_batched.h"
+#include "bench/tap_frames.h"
+
+namespace rrdma::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr std::uint16_t kExperimentalEtherType = 0x88B5;
-constexpr std::uint16_t kIpv4EtherType = 0x0800;
-constexpr std::size_t kIpv4Header = 20;
-constexpr std::uint16_t kUdpPort = 4791;  // the RoCE v2 port: the same path through the hooks
-constexpr std::size_t kMinFrame = 60;  // Ethernet minimum without FCS
-
-class Tap {
- public:
-  explicit Tap(const std::string& name) {
-    fd_ = ::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
-    if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "open /dev/net/tun");
-    ifreq request{};
-    request.ifr_flags = static_cast<short>(IFF_TAP | IFF_NO_PI);
-    if (name.size() >= IFNAMSIZ) throw std::invalid_argument("TAP name too long: " + name);
-    std::memcpy(request.ifr_name, name.c_str(), name.size());
-    if (::ioctl(fd_, TUNSETIFF, &request) != 0) {
-      throw std::system_error(errno, std::generic_category(), "attach to TAP " + name);
-    }
-  }
-  ~Tap() { ::close(fd_); }
-  Tap(const Tap&) = delete;
-  Tap& operator=(const Tap&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
-
-constexpr std::uint8_t kMacA = 1;  // the last byte of the MAC each TAP's frames come from
-constexpr std::uint8_t kMacB = 2;
-
-void put_mac(std::vector<std::uint8_t>& frame, std::size_t offset, std::uint8_t last_byte) {
-  const std::uint8_t mac[6] = {0x02, 0x52, 0x52, 0x00, 0x00, last_byte};
-  std::copy(mac, mac + 6, frame.begin() + static_cast<std::ptrdiff_t>(offset));
-}
-
-enum class FrameKind { Ipv4, Raw };
-FrameKind frame_kind = FrameKind::Ipv4;  // set once from --frames
-
-void put_u16(std::vector<std::uint8_t>& frame, std::size_t offset, std::uint16_t value) {
-  frame[offset] = static_cast<std::uint8_t>(value >> 8);
-  frame[offset + 1] = static_cast<std::uint8_t>(value & 0xFF);
-}
-
-std::uint16_t load_u16(const std::vector<std::uint8_t>& frame, std::size_t offset) {
-  return static_cast<std::uint16_t>(frame[offset] << 8 | frame[offset + 1]);
-}
-
-// RFC 791 header checksum: the ones' complement of the ones' complement sum of the words.
-std::uint16_t ipv4_checksum(const std::uint8_t* header) {
-  std::uint32_t sum = 0;
-  for (std::size_t i = 0; i < kIpv4Header; i += 2) sum += static_cast<std::uint32_t>(header[i] << 8 | header[i + 1]);
-  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
-  return static_cast<std::uint16_t>(~sum);
-}
-
-// 192.0.2.0/24 (TEST-NET-1, RFC 5737): addresses nobody routes.
-void put_ipv4_udp(std::vector<std::uint8_t>& frame, std::uint8_t from, std::uint8_t to) {
-  std::uint8_t* ip = frame.data() + 14;
-  const std::size_t ip_length = frame.size() - 14;
-  ip[0] = 0x45;  // version 4, 5 words
-  put_u16(frame, 16, static_cast<std::uint16_t>(ip_length));
-  ip[6] = 0x40;  // DF
-  ip[8] = 64;    // TTL
-  ip[9] = 17;    // UDP
-  const std::uint8_t source[4] = {192, 0, 2, from};
-  const std::uint8_t dest[4] = {192, 0, 2, to};
-  std::copy(source, source + 4, ip + 12);
-  std::copy(dest, dest + 4, ip + 16);
-  put_u16(frame, 24, ipv4_checksum(ip));
-  put_u16(frame, 34, kUdpPort);
-  put_u16(frame, 36, kUdpPort);
-  put_u16(frame, 38, static_cast<std::uint16_t>(ip_length - kIpv4Header));
-}
-
-// Unicast between two MACs the bridge has learnt (teach_bridge): a broadcast would be
-// flooded to every other port of the bridge (vnics, veths) and measure them too.
-std::vector<std::uint8_t> make_frame(std::size_t size, std::uint8_t from, std::uint8_t to) {
-  std::vector<std::uint8_t> frame(std::max(size, kMinFrame), 0);
-  put_mac(frame, 0, to);
-  put_mac(frame, 6, from);
-  if (frame_kind == FrameKind::Raw) {
-    put_u16(frame, 12, kExperimentalEtherType);
-  } else {
-    put_u16(frame, 12, kIpv4EtherType);
-    put_ipv4_udp(frame, from, to);
-  }
-  return frame;
-}
-
-// Ours: the right EtherType, and for IPv4 our UDP port (a stray frame of the host is not).
-bool is_ours(const std::vector<std::uint8_t>& frame) {
-  if (frame_kind == FrameKind::Raw) return load_u16(frame, 12) == kExperimentalEtherType;
-  return load_u16(frame, 12) == kIpv4EtherType && frame[23] == 17 && load_u16(frame, 36) == kUdpPort;
-}
-
-double cpu_seconds() {
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
 
 // One writer thread blasts frames into tx for `seconds`; this thread reads rx and counts
 // what arrives (frames the bridge or a full TAP queue dropped are not counted: the ceiling
@@ -175,7 +79,7 @@ nlohmann::json bandwidth(Tap& tx, Tap& rx, std::size_t size, double seconds) {
       ::poll(&entry, 1, 100);
       continue;
     }
-    if (got == static_cast<ssize_t>(frame.size()) && is_ours(buffer)) {
+    if (got == static_cast<ssize_t>(frame.size()) && is_ours(buffer.data(), static_cast<std::size_t>(got))) {
       ++frames;
       bytes += static_cast<std::uint64_t>(got);
     }
@@ -199,34 +103,13 @@ bool read_frame(int fd, std::vector<std::uint8_t>& buffer, std::size_t expected)
   const auto deadline = Clock::now() + std::chrono::seconds(1);
   while (Clock::now() < deadline) {
     const ssize_t got = ::read(fd, buffer.data(), buffer.size());
-    if (got == static_cast<ssize_t>(expected) && is_ours(buffer)) return true;
+    if (got == static_cast<ssize_t>(expected) && is_ours(buffer.data(), static_cast<std::size_t>(got))) return true;
     if (got < 0) {
       pollfd entry{fd, POLLIN, 0};
       ::poll(&entry, 1, 100);
     }
   }
   return false;
-}
-
-void drain(int fd) {
-  std::vector<std::uint8_t> buffer(65536);
-  while (::read(fd, buffer.data(), buffer.size()) > 0) {
-  }
-}
-
-// One frame from each TAP's MAC, so that the bridge forwards to each by unicast; then
-// whatever is queued (those frames, leftovers) is read away.
-void teach_bridge(Tap& a, Tap& b) {
-  for (auto [tap, mac] : {std::pair{&a, kMacA}, std::pair{&b, kMacB}}) {
-    auto frame = make_frame(kMinFrame, mac, 0xFF);
-    std::fill_n(frame.begin(), 6, 0xFF);
-    if (::write(tap->fd(), frame.data(), frame.size()) < 0) {
-      throw std::system_error(errno, std::generic_category(), "write a learning frame");
-    }
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  drain(a.fd());
-  drain(b.fd());
 }
 
 // Ping-pong: a frame A -> B, B answers B -> A, both ends in this thread, one at a time. The
@@ -299,33 +182,84 @@ nlohmann::json echo(Tap& a, Tap& b, std::size_t size, int count) {
 
 }  // namespace
 
+// --features napi,napi_frags,vnet_hdr (any of them, comma separated).
+TapFeatures parse_features(const std::string& list) {
+  TapFeatures features;
+  std::stringstream items(list);
+  for (std::string item; std::getline(items, item, ',');) {
+    if (item == "napi") {
+      features.napi = true;
+    } else if (item == "napi_frags") {
+      features.napi_frags = true;
+    } else if (item == "vnet_hdr") {
+      features.vnet_hdr = true;
+    } else if (!item.empty()) {
+      throw std::invalid_argument("unknown TAP feature '" + item + "' (napi, napi_frags, vnet_hdr)");
+    }
+  }
+  return features;
+}
+
+RxBuffers parse_rx(const std::string& name) {
+  if (name == "plain") return RxBuffers::Plain;
+  if (name == "fixed") return RxBuffers::Fixed;
+  if (name == "provided") return RxBuffers::Provided;
+  return RxBuffers::Multishot;
+}
+
+nlohmann::json run_mode(const std::string& mode, BatchedConfig& batched, int count) {
+  if (mode == "batched") return batched_bandwidth(batched);
+  Tap tx(batched.tx_name);
+  Tap rx(batched.rx_name);
+  teach_bridge(tx, rx);
+  if (mode == "bandwidth") return bandwidth(tx, rx, batched.frame_size, batched.seconds);
+  if (mode == "latency") return latency(tx, rx, batched.frame_size, count);
+  return echo(tx, rx, batched.frame_size, count);
+}
+
+}  // namespace rrdma::bench
+
 int main(int argc, char** argv) {
+  using namespace rrdma::bench;
   CLI::App app{"Raw frame throughput and latency between two TAPs on one bridge (the ceiling)."};
-  std::string tx_name;
-  std::string rx_name;
-  std::size_t size = 1082;
-  double seconds = 3;
+  BatchedConfig batched;
   int count = 2000;
   std::string mode = "bandwidth";
-  app.add_option("--tx", tx_name, "TAP to write frames into")->required();
-  app.add_option("--rx", rx_name, "TAP to read them from")->required();
-  app.add_option("--size", size, "frame bytes (without FCS; at least 60)")->check(CLI::Range(60, 9018));
-  app.add_option("--seconds", seconds, "bandwidth run length")->check(CLI::Range(0.1, 600.0));
-  app.add_option("--count", count, "latency round trips")->check(CLI::Range(10, 10000000));
   std::string frames = "ipv4";
-  app.add_option("--mode", mode, "bandwidth, latency (one thread, no sleep) or echo (a second thread answers)")
-      ->check(CLI::IsMember({"bandwidth", "latency", "echo"}));
+  std::string rx = "fixed";
+  std::string features;
+  bool plain_files = false;
+  bool plain_tx = false;
+  app.add_option("--tx", batched.tx_name, "TAP to write frames into")->required();
+  app.add_option("--rx", batched.rx_name, "TAP to read them from")->required();
+  app.add_option("--size", batched.frame_size, "frame bytes (without FCS; at least 60)")->check(CLI::Range(60, 9018));
+  app.add_option("--seconds", batched.seconds, "bandwidth run length")->check(CLI::Range(0.1, 600.0));
+  app.add_option("--count", count, "latency round trips")->check(CLI::Range(10, 10000000));
+  app.add_option("--mode", mode,
+                 "batched (io_uring, the ceiling), bandwidth (one call per frame), latency (one thread, no "
+                 "sleep) or echo (a second thread answers)")
+      ->check(CLI::IsMember({"batched", "bandwidth", "latency", "echo"}));
   app.add_option("--frames", frames, "ipv4 (IPv4 + UDP to port 4791, as RoCE) or raw (EtherType 0x88B5)")
       ->check(CLI::IsMember({"ipv4", "raw"}));
+  app.add_option("--depth", batched.depth, "batched: writes per io_uring_enter per queue")->check(CLI::Range(1, 4096));
+  app.add_option("--reads", batched.reads, "batched: reads in flight per queue (buffers for multishot)")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--queues", batched.queues, "batched: TAP queues per side (multi_queue TAPs for more than 1)")
+      ->check(CLI::Range(1, 16));
+  app.add_flag("--split", batched.split, "batched: a writer and a reader thread per queue (default: one for both)");
+  app.add_option("--rx-buffers", rx, "batched: plain, fixed (READ_FIXED), provided (buffer ring) or multishot")
+      ->check(CLI::IsMember({"plain", "fixed", "provided", "multishot"}));
+  app.add_flag("--plain-tx", plain_tx, "batched: IORING_OP_WRITE instead of WRITE_FIXED");
+  app.add_flag("--plain-files", plain_files, "batched: no registered file table");
+  app.add_option("--features", features, "batched: TAP features, comma separated: napi, napi_frags, vnet_hdr");
   CLI11_PARSE(app, argc, argv);
   frame_kind = frames == "raw" ? FrameKind::Raw : FrameKind::Ipv4;
   try {
-    Tap tx(tx_name);
-    Tap rx(rx_name);
-    teach_bridge(tx, rx);
-    const auto result = mode == "bandwidth" ? bandwidth(tx, rx, size, seconds)
-                        : mode == "latency" ? latency(tx, rx, size, count)
-                                            : echo(tx, rx, size, count);
+    batched.rx = parse_rx(rx);
+    batched.fixed_tx = !plain_tx;
+    batched.fixed_files = !plain_files;
+    batched.features = parse_features(features);
+    const auto result = run_mode(mode, batched, count);
     std::printf("%s\n", result.dump().c_str());
     return 0;
   } catch (const std::exception& failure) {
