@@ -46,7 +46,7 @@ nlohmann::json to_json(const Counts& counts) {
   return out;
 }
 
-// The decisions that happened, by name ("out_of_sequence_nak").
+// The decisions that happened, by name ("out_of_sequence_nak_sent").
 nlohmann::json to_json(const DecisionCounts& counts) {
   nlohmann::json out = nlohmann::json::object();
   for (std::size_t i = 0; i < counts.size(); ++i)

@@ -46,7 +46,8 @@ struct AckCounts {
 };
 
 // Packets by engine decision, indexed by rocev2::PacketDecision.
-// UcMessageDropped is the last of them (rocev2/engine/ports.h): keep it so when adding one.
+// UcMessageDropped is the last of them (rocev2/engine/ports.h): keep it so when adding one
+// (tests/vnic/observe_test.cpp counts every one and fails on a decision left out).
 inline constexpr std::size_t kDecisionKinds = static_cast<std::size_t>(rocev2::PacketDecision::UcMessageDropped) + 1;
 using DecisionCounts = std::array<std::uint64_t, kDecisionKinds>;
 

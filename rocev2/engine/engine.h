@@ -118,7 +118,7 @@ class Engine {
   // (rocev2/engine/timers.h).
   std::optional<Instant> next_deadline() const;
   // Deadlines set across all QPs (ACK timeouts, RNR waits): what advance() keeps ordered.
-  // Counted by walking them, O(deadlines set): for tests and status, not for every packet.
+  // O(1) (the queue counts them): the number of QPs sharing the transmit budget.
   std::size_t deadlines_set() const;
 
   const EngineCounters& counters() const;

@@ -212,6 +212,7 @@ class Engine::Impl {
   std::optional<Instant> next_deadline() const;
   std::size_t deadlines_set() const { return timers_.size(); }
   std::uint32_t unacked_limit() const;
+  static bool ack_requested_in_flight(const Requester& r);
   void cut_transmit_budget(Instant now);
   const EngineCounters& counters() const { return counters_; }
 

@@ -50,6 +50,8 @@ struct Requester {
   Psn comp_psn{};                  // oldest PSN not yet acknowledged
   std::uint32_t rd_atomic_in_flight = 0;
   std::uint32_t packets_since_ack_req = 0;
+  std::optional<Psn> ack_req_psn;      // the latest packet sent with AckReq
+  bool force_ack_req = false;          // the next packet asks for an ACK (pump: window full)
   std::uint8_t retries_left = 7;
   std::uint8_t rnr_retries_left = 7;
   Deadline retransmit_deadline;        // the local ACK timeout (in the engine's TimerQueue)

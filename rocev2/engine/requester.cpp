@@ -16,9 +16,19 @@ namespace rrdma::rocev2 {
 // receiver needed longer than the 67 ms ACK timeout to drain them, every QP timed out and
 // went back N, and the duplicates took the rest: 19 MB/s against 556 with one QP
 // (docs/TRANSPORT.md, "Sharing the wire").
+// Up to 16 QPs sending, each keeps rxe's 128 whatever the budget (so that one QP timing out
+// on a dead peer does not shrink the windows of a few healthy ones); beyond, the share. The
+// budget is a target, not a cap: a QP that started while fewer QPs sent keeps what it has in
+// flight until its ACKs come back.
 std::uint32_t Engine::Impl::unacked_limit() const {
   const std::size_t sending = std::max<std::size_t>(timers_.size(), 1);
+  if (sending * kMaxUnackedPsns <= kTransmitBudget) return kMaxUnackedPsns;
   return static_cast<std::uint32_t>(std::clamp<std::size_t>(transmit_budget_ / sending, kMinUnackedPsns, kMaxUnackedPsns));
+}
+
+// A packet in flight asked for an ACK: its ACK will reopen the window.
+bool Engine::Impl::ack_requested_in_flight(const Requester& r) {
+  return r.ack_req_psn && !r.ack_req_psn->before(r.comp_psn) && r.ack_req_psn->before(r.next_psn);
 }
 
 void Engine::Impl::cut_transmit_budget(Instant now) {
@@ -46,7 +56,14 @@ void Engine::Impl::pump(Qp& qp, Instant now) {
       complete_local_front(qp);
       continue;
     }
-    if (qp.type == QpType::Rc && r.next_psn.distance_from(r.comp_psn) >= unacked_limit()) break;
+    if (qp.type == QpType::Rc && r.next_psn.distance_from(r.comp_psn) >= unacked_limit()) {
+      // The window is full. If no packet in flight asked for an ACK (the limit shrank below
+      // what went out earlier: more QPs sending, or a budget cut), nothing would reopen it
+      // but the ACK timeout (and with timeout 0, nothing at all): one more packet goes, and
+      // asks for the ACK.
+      if (ack_requested_in_flight(r)) break;
+      r.force_ack_req = true;
+    }
     if (!send_next_packet(qp, w, now)) return;
     if (!w.fully_sent()) continue;
     ++r.next_send;
@@ -153,6 +170,13 @@ bool Engine::Impl::send_next_packet(Qp& qp, SendWqe& w, Instant now) {
     send_placement_request(qp, w, p);
   } else if (!fill_segment(qp, w, p)) {
     return false;
+  }
+  if (qp.type == QpType::Rc) {
+    if (std::exchange(r.force_ack_req, false)) {
+      p.bth.ack_req = true;
+      r.packets_since_ack_req = 0;
+    }
+    if (p.bth.ack_req) r.ack_req_psn = p.bth.psn;
   }
   if (r.high_psn.before(r.next_psn)) r.high_psn = r.next_psn;
   const stack::Ipv4Address dest = qp.type == QpType::Ud ? w.wr.ud_dest_ip : qp.attr.dest_ip;

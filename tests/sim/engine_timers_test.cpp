@@ -142,5 +142,60 @@ TEST_CASE("engine: many QPs sending share the transmit budget, a timeout halves 
   CHECK(completed == kQps + 1);
 }
 
+// A window that shrank below what a QP already has in flight, with no packet in flight
+// asking for an ACK (the last AckReq already answered): the QP sends one packet more, with
+// AckReq, instead of waiting for its ACK timeout. QP A sends 64 packets (AckReq on the last)
+// and 38 more of a second message while 20 QPs send (window 102); then 200 QPs send
+// (window 10) and the ACK of the first 64 arrives.
+TEST_CASE("engine: a window that shrank below the packets in flight asks for an ACK at once") {
+  Pair p;
+  const MrFacts src = p.a.memory.add(p.a.pd, access::kLocalWrite, 256 * 1024, 0x100000);
+  const MrFacts dst = p.b.memory.add(p.b.pd, kAllRemote, 256 * 1024, 0x200000);
+  const Qpn a = p.a.qpn, b = p.b.qpn;
+  auto add_sending_qps = [&](std::size_t count) {
+    QpInit init;
+    for (std::size_t i = 0; i < count; ++i) {
+      init.pd = p.a.pd;
+      p.a.qpn = *p.a.engine.create_qp(init);
+      init.pd = p.b.pd;
+      p.b.qpn = *p.b.engine.create_qp(init);
+      p.connect(p.a, p.b, p.a_psn, p.b_psn, QpType::Rc, 1024, {}, 0);
+      p.connect(p.b, p.a, p.b_psn, p.a_psn, QpType::Rc, 1024, {}, 0);
+      REQUIRE(p.a.engine.post_send(p.a.qpn, send_wr(1, WrOpcode::RdmaWrite, src, 64), p.now) == VerbResult::Ok);
+    }
+  };
+  add_sending_qps(19);
+  SendWr first = send_wr(1, WrOpcode::RdmaWrite, src, 64 * 1024);
+  first.remote_addr = dst.base;
+  first.rkey = dst.rkey;
+  REQUIRE(p.a.engine.post_send(a, first, p.now) == VerbResult::Ok);
+  SendWr second = first;
+  second.sg_list = {Sge{src.base, 200 * 1024, src.lkey}};
+  REQUIRE(p.a.engine.post_send(a, second, p.now) == VerbResult::Ok);
+  std::vector<Captured> from_a;
+  for (const Captured& c : p.a.host.take_sent())
+    if (c.src_qpn == a) from_a.push_back(c);
+  REQUIRE(from_a.size() == 102);  // 2048 / 20 QPs sending
+  CHECK(from_a[63].packet.bth.ack_req);
+  for (std::size_t i = 64; i < from_a.size(); ++i) CHECK_FALSE(from_a[i].packet.bth.ack_req);
+
+  add_sending_qps(180);
+  p.a.host.take_sent();
+  p.deliver(p.a, p.b, std::vector<Captured>(from_a.begin(), from_a.begin() + 64));
+  std::vector<Captured> ack;
+  for (const Captured& c : p.b.host.take_sent())
+    if (c.src_qpn == b) ack.push_back(c);
+  REQUIRE(ack.size() == 1);
+  REQUIRE(ack[0].packet.bth.opcode == Opcode::RcAck);
+  REQUIRE(ack[0].packet.aeth->syndrome == 0x1F);  // an ACK, not a NAK
+  p.deliver(p.b, p.a, ack);
+  std::vector<Captured> next;
+  for (const Captured& c : p.a.host.take_sent())
+    if (c.src_qpn == a) next.push_back(c);
+  REQUIRE(next.size() == 1);
+  CHECK(next[0].packet.bth.psn == p.a_psn + 102);
+  CHECK(next[0].packet.bth.ack_req);
+}
+
 }  // namespace
 }  // namespace rrdma::test
