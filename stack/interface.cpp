@@ -106,6 +106,11 @@ Reach Interface::reach(Ipv4Address destination, Instant now) {
 
 bool Interface::loopback_pending() const { return !impl_->loopback.empty(); }
 
+std::size_t Interface::transmit_room() const {
+  const std::size_t loopback_room = kLoopbackQueueLimit - std::min(kLoopbackQueueLimit, impl_->loopback.size());
+  return std::min(impl_->sink.transmit_room(), loopback_room);
+}
+
 void Interface::set_observer(StackObserver* observer) { impl_->observer = observer; }
 
 const InterfaceConfig& Interface::config() const { return impl_->config; }

@@ -34,6 +34,9 @@ class FrameSink {
   // and given to transmit(). One frame at a time: prepare, fill, transmit_prepared.
   virtual MutableByteSpan prepare(std::size_t /*size*/) { return {}; }
   virtual void transmit_prepared(MutableByteSpan /*frame*/) {}
+  // Frames the sink takes now without holding them back; for senders that pace themselves
+  // (the RoCE engine). A sink that never fills has no limit.
+  virtual std::size_t transmit_room() const { return static_cast<std::size_t>(-1); }
 };
 
 // ICMP errors are rate-limited by a token bucket (RFC 1812 4.3.2.8; RFC 1122 3.2.2
@@ -181,6 +184,11 @@ class Interface {
   // middle of handling a received packet. Returns how many were delivered.
   std::size_t run_loopback(Instant now, const LoopbackObserver& observe = {});
   bool loopback_pending() const;
+
+  // Packets send_udp() can take now without holding any back: the sink's room, and no more
+  // than the loopback queue still holds (a sender that paces itself by this loses nothing
+  // to either). Packets waiting for ARP are not counted: they are few and bounded.
+  std::size_t transmit_room() const;
 
   // nullptr for none. The observer must outlive the interface or be reset first.
   void set_observer(StackObserver* observer);

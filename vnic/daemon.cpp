@@ -37,6 +37,10 @@ constexpr std::size_t kEthernetOverhead = 14 + 4;  // header and one 802.1Q tag;
 // the kernel dropped most of an 8 MiB burst before the daemon could read it.
 constexpr std::uint32_t kTapQueueLength = 16384;
 constexpr unsigned kReceiveBuffers = 1024;
+// Transmit slots (frames written to the TAP in one io_uring_enter), and how many of them the
+// RoCE engine's paced traffic leaves to everything else (TapSink).
+constexpr unsigned kTransmitSlots = 512;
+constexpr std::size_t kUnpacedReserve = 64;
 
 // At least one byte more than the largest frame, so a full buffer means truncation.
 std::size_t frame_buffer_size(std::uint16_t mtu) {
@@ -44,32 +48,19 @@ std::size_t frame_buffer_size(std::uint16_t mtu) {
   return (frame + 1023) / 1024 * 1024;
 }
 
-// Frames leave through the loop's transmit slots. When every slot is in flight, the frame
-// is written to the TAP at once (after the queued writes are submitted, to keep the order):
-// a READ response or a UC message is a burst of up to thousands of packets that the engine
-// emits inside one call (only the RC requester is windowed), and holding the burst back
-// until the call returns delays its first packet past the requester's ACK timeout. A TAP
-// write never blocks: the kernel delivers the frame to the bridge before it returns.
+// Frames leave through the loop's transmit slots; when every slot is in flight they wait in
+// the loop's backlog, in order. The RoCE engine paces itself by transmit_room() and never
+// fills the slots: it stops a requester or a READ's responses when the room runs out and
+// resumes them as writes complete (docs/TRANSPORT.md, "Pacing"). kUnpacedReserve slots are
+// kept out of that room for what cannot wait for it: ACKs, CM and ARP traffic, ICMP.
 class TapSink : public stack::FrameSink {
  public:
-  void attach(EventLoop& loop, int tap_fd) {
-    loop_ = &loop;
-    tap_fd_ = tap_fd;
-  }
+  void attach(EventLoop& loop) { loop_ = &loop; }
   void show_frames_to(FrameCapture& capture) { capture_ = &capture; }
   void transmit(ByteSpan frame) override {
     if (loop_ == nullptr) return;
     capture_->on_frame(frame, FrameDirection::Sent);
-    if (loop_->free_transmit_slots() > 0) {
-      loop_->transmit(frame);
-      return;
-    }
-    loop_->submit();
-    if (::write(tap_fd_, frame.data(), frame.size()) == static_cast<ssize_t>(frame.size())) {
-      ++direct_writes_;
-    } else {
-      ++direct_write_errors_;
-    }
+    loop_->transmit(frame);
   }
   // In a transmit slot when one is free: the stack builds the frame where the TAP write
   // reads it from.
@@ -80,16 +71,14 @@ class TapSink : public stack::FrameSink {
     capture_->on_frame(frame, FrameDirection::Sent);
     loop_->transmit_prepared(frame.size());
   }
-  std::vector<std::pair<std::string, std::uint64_t>> counters() const {
-    return {{"tx_direct_writes", direct_writes_}, {"tx_direct_write_errors", direct_write_errors_}};
+  std::size_t transmit_room() const override {
+    const std::size_t room = loop_ == nullptr ? 0 : loop_->transmit_room();
+    return room > kUnpacedReserve ? room - kUnpacedReserve : 0;
   }
 
  private:
   EventLoop* loop_ = nullptr;
   FrameCapture* capture_ = nullptr;  // set with loop_
-  int tap_fd_ = -1;
-  std::uint64_t direct_writes_ = 0;
-  std::uint64_t direct_write_errors_ = 0;
 };
 
 // The verbs device's view of the loop: doorbell watches and eventfd writes.
@@ -348,10 +337,11 @@ void Daemon::Impl::start_loop() {
   EventLoopConfig loop_config;
   loop_config.frame_buffer_size = frame_buffer_size(config_.mtu);
   loop_config.rx_buffers = kReceiveBuffers;
+  loop_config.tx_slots = kTransmitSlots;
   loop_.emplace(loop_config);
   capture_.emplace(*loop_, [this] { return frame_totals(interface_->counters()); });
   sink_.show_frames_to(*capture_);
-  sink_.attach(*loop_, tap_->fd());
+  sink_.attach(*loop_);
   stack::InterfaceConfig stack_config;
   stack_config.mac = config_.mac;
   stack_config.address = config_.address.address;
@@ -566,7 +556,6 @@ nlohmann::json Daemon::Impl::status(Instant now) {
 
 nlohmann::json Daemon::Impl::stats() {
   nlohmann::json stats = stats_json(interface_->counters(), loop_->counters());
-  for (const auto& [name, value] : sink_.counters()) stats["daemon"][name] = value;
   for (const auto& [name, value] : link_monitor_->counters()) stats["daemon"][name] = value;
   add_layer(stats, "roce", roce_->named_counters());
   add_layer(stats, "engine", named(nic_->engine_counters()));

@@ -183,9 +183,18 @@ bool EventLoop::transmit(ByteSpan frame) {
     ++counters_.tx_oversize_drops;
     return false;
   }
-  if (frame_fd_ < 0 || free_tx_slots_.empty()) {
+  if (frame_fd_ < 0) {
     ++counters_.tx_queue_drops;
     return false;
+  }
+  if (transmit_room() == 0) {
+    if (tx_backlog_.size() >= config_.tx_backlog_frames) {
+      ++counters_.tx_queue_drops;
+      return false;
+    }
+    tx_backlog_.emplace_back(frame.begin(), frame.end());
+    ++counters_.tx_backlogged;
+    return true;
   }
   const std::uint32_t slot = free_tx_slots_.back();
   free_tx_slots_.pop_back();
@@ -196,7 +205,7 @@ bool EventLoop::transmit(ByteSpan frame) {
 
 MutableByteSpan EventLoop::prepare_transmit(std::size_t size) {
   if (prepared_slot_) return MutableByteSpan(slot_memory(*prepared_slot_), config_.frame_buffer_size);
-  if (frame_fd_ < 0 || free_tx_slots_.empty() || size > config_.frame_buffer_size) return {};
+  if (frame_fd_ < 0 || transmit_room() == 0 || size > config_.frame_buffer_size) return {};
   prepared_slot_ = free_tx_slots_.back();
   free_tx_slots_.pop_back();
   return MutableByteSpan(slot_memory(*prepared_slot_), config_.frame_buffer_size);
@@ -211,11 +220,6 @@ void EventLoop::transmit_prepared(std::size_t size) {
     return;
   }
   queue_write(slot, size);
-}
-
-void EventLoop::submit() {
-  io_uring_submit(&ring_);
-  ++counters_.submits;
 }
 
 void EventLoop::watch(int fd, ReadyHandler on_ready) {
@@ -308,8 +312,21 @@ void EventLoop::arm_timer(std::optional<Instant> deadline) {
   armed_deadline_ = deadline;
 }
 
+// Frames that waited take the slots freed since, in order, before anything new is sent.
+void EventLoop::flush_backlog() {
+  while (!tx_backlog_.empty() && !free_tx_slots_.empty()) {
+    const std::vector<std::uint8_t>& frame = tx_backlog_.front();
+    const std::uint32_t slot = free_tx_slots_.back();
+    free_tx_slots_.pop_back();
+    std::memcpy(slot_memory(slot), frame.data(), frame.size());
+    queue_write(slot, frame.size());
+    tx_backlog_.pop_front();
+  }
+}
+
 void EventLoop::run() {
   while (!stopping_) {
+    flush_backlog();
     auto deadline = run_timer_sources(Clock::now());
     if (reads_paused_until_ && (!deadline || *reads_paused_until_ < *deadline)) {
       deadline = reads_paused_until_;
@@ -448,7 +465,10 @@ void EventLoop::shut_down() {
       reap_completions(Clock::now());
     }
   };
-  wait_until(kShutdownTxGrace, [this] { return free_tx_slots_.size() == config_.tx_slots; });
+  wait_until(kShutdownTxGrace, [this] {
+    flush_backlog();
+    return tx_backlog_.empty() && free_tx_slots_.size() == config_.tx_slots;
+  });
   io_uring_sqe* sqe = next_sqe();
   io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
   io_uring_sqe_set_data64(sqe, tag(Kind::kCancel));

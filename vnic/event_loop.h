@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <set>
 #include <optional>
@@ -36,7 +37,12 @@ struct EventLoopConfig {
   // read silently truncates a frame to the buffer, so a read that fills its buffer is
   // taken as truncated and dropped.
   std::size_t frame_buffer_size = 2048;
-  unsigned tx_slots = 256;           // the bounded transmit queue
+  unsigned tx_slots = 256;           // transmit buffers in flight at once
+  // Frames that found every slot in flight wait in this order, copied, for a free slot;
+  // beyond this many they are dropped. Senders that pace themselves by transmit_room() (the
+  // RoCE engine) never get here; ACKs and other answers may, in bursts as large as the
+  // batch of frames that asked for them.
+  std::size_t tx_backlog_frames = 4096;
   bool multishot_read = true;        // false forces the single-read fallback (tests)
 };
 
@@ -46,7 +52,8 @@ struct LoopCounters {
   std::uint64_t tap_rx_bytes = 0;
   std::uint64_t tap_tx_frames = 0;
   std::uint64_t tap_tx_bytes = 0;
-  std::uint64_t tx_queue_drops = 0;     // transmit() found every slot in flight
+  std::uint64_t tx_queue_drops = 0;     // transmit() found every slot in flight and the backlog full
+  std::uint64_t tx_backlogged = 0;      // frames that waited in the backlog for a slot
   std::uint64_t tx_oversize_drops = 0;  // a frame larger than a slot
   std::uint64_t tx_write_errors = 0;
   std::uint64_t rx_read_errors = 0;
@@ -83,18 +90,20 @@ class EventLoop {
   void on_frames_done(std::function<void()> frames_done) { frames_done_ = std::move(frames_done); }
   // The memory every received frame lies in.
   ByteSpan receive_memory() const { return ByteSpan(rx_memory_, rx_memory_bytes_); }
-  // Copies the frame into a transmit slot and queues its write; false (and counted)
-  // when the queue is full or the frame does not fit a slot.
+  // Copies the frame into a transmit slot and queues its write, or, when every slot is in
+  // flight, into the backlog; false (and counted) when the backlog is full too or the frame
+  // does not fit a slot. Frames leave in the order given.
   bool transmit(ByteSpan frame);
-  // Building in place: a free transmit slot's memory (empty if none is free or `size` does
-  // not fit a slot), then transmit_prepared() queues its write. No copy; one at a time.
+  // Building in place: a free transmit slot's memory (empty if none is free, frames wait
+  // in the backlog, or `size` does not fit a slot), then transmit_prepared() queues its
+  // write. No copy; one at a time.
   MutableByteSpan prepare_transmit(std::size_t size);
   void transmit_prepared(std::size_t size);
-  // Transmit slots not in flight. A caller that writes the frame device itself when none
-  // is free calls submit() first, so that the frames already queued leave before its own.
+  // Transmit slots not in flight.
   std::size_t free_transmit_slots() const { return free_tx_slots_.size(); }
-  // Hands every queued request to the kernel now.
-  void submit();
+  // Frames transmit() puts in a slot at once: the free slots while nothing waits in the
+  // backlog, else none (a frame now would wait behind the backlog).
+  std::size_t transmit_room() const { return tx_backlog_.empty() ? free_tx_slots_.size() : 0; }
 
   // Calls `on_ready` whenever `fd` becomes readable (edge-like: drain it to EAGAIN).
   void watch(int fd, ReadyHandler on_ready);
@@ -128,6 +137,7 @@ class EventLoop {
 
   io_uring_sqe* next_sqe();
   std::uint8_t* slot_memory(std::uint32_t slot) const;
+  void flush_backlog();
   void queue_write(std::uint32_t slot, std::size_t size);
   void arm_frame_reads();
   void target_frame_device(io_uring_sqe* sqe) const;
@@ -170,6 +180,7 @@ class EventLoop {
   std::uint8_t* tx_memory_ = nullptr;
   std::size_t tx_memory_bytes_ = 0;
   std::vector<std::uint32_t> free_tx_slots_;
+  std::deque<std::vector<std::uint8_t>> tx_backlog_;  // frames waiting for a slot, oldest first
   std::optional<std::uint32_t> prepared_slot_;  // handed out by prepare_transmit()
 
   std::map<std::uint64_t, Watch> watches_;  // keyed by a never-reused id

@@ -132,7 +132,8 @@ NamedCounters named(const rocev2::EngineCounters& c) {
           {"qkey_mismatch", c.qkey_mismatch},       {"uc_messages_dropped", c.uc_messages_dropped},
           {"read_streams_restarted", c.read_streams_restarted},
           {"requests_dropped_behind_read", c.requests_dropped_behind_read},
-          {"transmit_budget_cuts", c.transmit_budget_cuts}};
+          {"transmit_budget_cuts", c.transmit_budget_cuts},
+          {"transmit_room_waits", c.transmit_room_waits}};
 }
 
 NamedCounters named(const verbs::NicCounters& c) {
@@ -182,6 +183,7 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const LoopCounters& c) 
           {"tap_tx_frames", c.tap_tx_frames},
           {"tap_tx_bytes", c.tap_tx_bytes},
           {"tx_queue_drops", c.tx_queue_drops},
+          {"tx_backlogged", c.tx_backlogged},
           {"tx_oversize_drops", c.tx_oversize_drops},
           {"tx_write_errors", c.tx_write_errors},
           {"rx_read_errors", c.rx_read_errors},

@@ -64,6 +64,7 @@ class RocePort final : public stack::UdpHandler, public verbs::PacketPort, publi
 
   void receive_udp(const stack::UdpDatagram& datagram, Instant now) override;
   void send(const rocev2::OutgoingPacket& packet, std::uint16_t udp_source_port, Instant now) override;
+  std::size_t transmit_room() const override { return interface_.transmit_room(); }
   bool send_gsi(const rocev2::OutgoingPacket& packet, std::uint16_t udp_source_port, Instant now) override;
 
   const RocePortCounters& counters() const { return counters_; }

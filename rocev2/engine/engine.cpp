@@ -421,6 +421,7 @@ void Engine::Impl::advance(Instant now) {
   run_expired_timers(now);
   const bool stepped = !streaming_.empty();
   step_read_streams();
+  resume_waiting_for_room(now);
   // Requests that waited behind a finished READ ran here, outside the caller's batch: the
   // ACKs they owe go now.
   if (stepped && hold_acks_) release_acks();
@@ -457,7 +458,10 @@ void Engine::Impl::step_read_streams() {
 std::optional<Instant> Engine::Impl::next_deadline() const {
   std::optional<Instant> earliest;
   if (!timers_.empty()) earliest = **timers_.begin();
-  if (!streaming_.empty() && (!earliest || last_now_ < *earliest)) earliest = last_now_;
+  // A READ being answered, or a requester waiting for room, has work at once; with no room
+  // at all, neither has: the host calls advance() when room returns (EngineHost::transmit_room).
+  const bool more_to_send = has_transmit_room() && (!streaming_.empty() || !room_waiting_.empty());
+  if (more_to_send && (!earliest || last_now_ < *earliest)) earliest = last_now_;
   return earliest;
 }
 

@@ -74,6 +74,7 @@ struct EngineCounters {
   std::uint64_t read_streams_restarted = 0;       // a duplicate READ replaced the rest of its answer
   std::uint64_t requests_dropped_behind_read = 0; // the queue behind a READ being answered was full
   std::uint64_t transmit_budget_cuts = 0;  // a timeout halved what the QPs may have unacknowledged
+  std::uint64_t transmit_room_waits = 0;  // a requester stopped: the host's transmit queue was full
 };
 
 class Engine {
@@ -110,12 +111,13 @@ class Engine {
   void hold_acks(bool on);
   // Sends every held ACK (of QPs that still exist and are not in RESET or ERR).
   void release_acks();
-  // Runs the timers due at `now` (retransmission, RNR waits) and the next step of every READ
-  // being answered (its responses go out a step at a time: docs/TRANSPORT.md).
+  // Runs the timers due at `now` (retransmission, RNR waits), the next step of every READ
+  // being answered (its responses go out a step at a time: docs/TRANSPORT.md), and the
+  // requesters that stopped for want of transmit room (EngineHost::transmit_room).
   void advance(Instant now);
   // The earliest instant at which advance() has work, if any: the latest `now` given while a
-  // READ is being answered. O(1): neither this nor advance() visits QPs with nothing due
-  // (rocev2/engine/timers.h).
+  // READ is being answered or a requester waits for room. O(1): neither this nor advance()
+  // visits QPs with nothing due (rocev2/engine/timers.h).
   std::optional<Instant> next_deadline() const;
   // Deadlines set across all QPs (ACK timeouts, RNR waits): what advance() keeps ordered.
   // O(1) (the queue counts them): the number of QPs sharing the transmit budget.

@@ -295,6 +295,10 @@ class Engine::Impl {
   void end_read_stream(Qp& qp);
   void run_expired_timers(Instant now);
   void step_read_streams();
+  bool has_transmit_room() const { return host_.transmit_room() > 0; }
+  std::uint32_t transmit_room_packets() const;
+  void wait_for_room(Qp& qp);
+  void resume_waiting_for_room(Instant now);
   void wait_behind_read(Qp& qp, const TransportPacket& p);
   void run_waiting(Qp& qp);
   void send_atomic_ack(Qp& qp, Psn psn, std::uint64_t original, bool duplicate);
@@ -317,6 +321,9 @@ class Engine::Impl {
   boost::intrusive::list<Qp, boost::intrusive::member_hook<Qp, StreamingHook, &Qp::streaming>,
                          boost::intrusive::constant_time_size<false>>
       streaming_;                  // QPs answering a READ a step at a time
+  boost::intrusive::list<Qp, boost::intrusive::member_hook<Qp, RoomWaitHook, &Qp::room_wait>,
+                         boost::intrusive::constant_time_size<false>>
+      room_waiting_;               // requesters stopped for want of transmit room, oldest first
   std::vector<std::pair<Qp*, TimerKind>> due_;  // advance(): the expired deadlines (capacity kept)
   std::vector<Qp*> stepping_;      // advance(): the streaming QPs of this call (capacity kept)
   std::unordered_map<std::uint32_t, std::unique_ptr<Qp>> qps_;

@@ -129,10 +129,21 @@ class FifoReceiveQueue final : public ReceiveQueue {
   std::deque<RecvWr> wrs_;
 };
 
+// transmit_room() of a host with no transmit queue to fill (tests, simulations).
+inline constexpr std::size_t kUnlimitedTransmitRoom = static_cast<std::size_t>(-1);
+
 class EngineHost {
  public:
   virtual ~EngineHost() = default;
   virtual void send_packet(const OutgoingPacket& out) = 0;
+  // Packets the host can put on its wire now without holding them back: the engine's pacing
+  // (docs/TRANSPORT.md, "Pacing"). Requests of every QP type and READ responses go out only
+  // while this is above zero; the rest waits until advance() finds room again, as a NIC
+  // stops taking work when its transmit ring is full. ACKs, NAKs and atomic responses never
+  // wait: each answers a packet received, so they cannot outrun what arrives. A host whose
+  // room can run out calls Engine::advance() when room returns (next_deadline() does not
+  // count on room it has not got).
+  virtual std::size_t transmit_room() { return kUnlimitedTransmitRoom; }
   virtual void complete(const Completion& cqe) = 0;
   virtual void async_event(const AsyncEvent& event) = 0;
 };

@@ -138,6 +138,7 @@ struct Qp {
   Requester req;
   Responder resp;
   StreamingHook streaming;         // linked while resp.read_stream is (Engine::Impl::streaming_)
+  RoomWaitHook room_wait;          // linked while the requester waits for transmit room (room_waiting_)
 };
 
 }  // namespace rrdma::rocev2

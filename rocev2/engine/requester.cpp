@@ -26,6 +26,28 @@ std::uint32_t Engine::Impl::unacked_limit() const {
   return static_cast<std::uint32_t>(std::clamp<std::size_t>(transmit_budget_ / sending, kMinUnackedPsns, kMaxUnackedPsns));
 }
 
+// Transmit room (EngineHost::transmit_room), in packets, capped to a PSN count.
+std::uint32_t Engine::Impl::transmit_room_packets() const {
+  return static_cast<std::uint32_t>(std::min<std::size_t>(host_.transmit_room(), std::numeric_limits<std::uint32_t>::max()));
+}
+
+// The host's transmit queue is full: the requester stops where it is (nothing is built, no
+// PSN taken) and advance() pumps it again once there is room.
+void Engine::Impl::wait_for_room(Qp& qp) {
+  ++counters_.transmit_room_waits;
+  if (!qp.room_wait.is_linked()) room_waiting_.push_back(qp);
+}
+
+// Oldest waiter first, each until the room runs out again (it then waits at the back) or
+// it has nothing more to send. A QP that left RTS meanwhile sends nothing and drops out.
+void Engine::Impl::resume_waiting_for_room(Instant now) {
+  while (!room_waiting_.empty() && has_transmit_room()) {
+    Qp& qp = room_waiting_.front();
+    room_waiting_.pop_front();
+    pump(qp, now);
+  }
+}
+
 // A packet in flight asked for an ACK: its ACK will reopen the window.
 bool Engine::Impl::ack_requested_in_flight(const Requester& r) {
   return r.ack_req_psn && !r.ack_req_psn->before(r.comp_psn) && r.ack_req_psn->before(r.next_psn);
@@ -63,6 +85,10 @@ void Engine::Impl::pump(Qp& qp, Instant now) {
       // asks for the ACK.
       if (ack_requested_in_flight(r)) break;
       r.force_ack_req = true;
+    }
+    if (!has_transmit_room()) {
+      wait_for_room(qp);
+      break;
     }
     if (!send_next_packet(qp, w, now)) return;
     if (!w.fully_sent()) continue;
@@ -286,6 +312,7 @@ bool Engine::Impl::fill_segment(Qp& qp, SendWqe& w, TransportPacket& p) {
 std::size_t Engine::Impl::read_ahead_window(const Qp& qp, const SendWqe& w, std::uint64_t offset,
                                             std::size_t size) const {
   std::uint64_t window = std::min<std::uint64_t>(w.length - offset, kReadAheadBytes);
+  window = std::min<std::uint64_t>(window, std::uint64_t{transmit_room_packets()} * qp.attr.path_mtu);
   if (qp.type == QpType::Rc) {
     const std::uint32_t limit = unacked_limit();
     const std::uint32_t in_flight = std::min(qp.req.next_psn.distance_from(qp.req.comp_psn), limit);
@@ -308,11 +335,13 @@ std::optional<std::span<const std::uint8_t>> Engine::Impl::read_payload(Qp& qp, 
   append_pieces(w.sges, offset, window, gather_pieces_);
   const std::size_t own_pieces = gather_pieces_.size();
   if (offset + window == w.length) {
-    std::uint32_t psns_left = std::numeric_limits<std::uint32_t>::max();
+    // The WQEs after `w` fit in what room is left once `w`'s packets have gone.
+    const std::uint32_t room = transmit_room_packets();
+    std::uint32_t psns_left = room - std::min(room, w.packets - w.next_packet);
     if (qp.type == QpType::Rc) {
       const std::uint32_t limit = unacked_limit();
       const std::uint32_t in_flight = std::min(qp.req.next_psn.distance_from(qp.req.comp_psn), limit);
-      psns_left = limit - in_flight - std::min(limit - in_flight, w.packets - w.next_packet);
+      psns_left = std::min(psns_left, limit - in_flight - std::min(limit - in_flight, w.packets - w.next_packet));
     }
     read_ahead_following(qp, psns_left);
   }

@@ -502,7 +502,9 @@ Verdict Engine::Impl::step_read_stream(Qp& qp) {
   ReadStream& r = *qp.resp.read_stream;
   const ReadAheadScope read_ahead(read_ahead_);
   const std::uint32_t mtu = r.mtu;
-  const std::uint32_t end = std::min(r.packets, r.next + kReadResponsesPerStep);
+  // At most a step, and no more than the host can send now: the rest waits for the next
+  // advance() (docs/TRANSPORT.md, "Pacing").
+  const std::uint32_t end = r.next + std::min({r.packets - r.next, kReadResponsesPerStep, transmit_room_packets()});
   std::optional<MrFacts> mr;
   if (r.length > 0) {
     const std::uint64_t from = std::uint64_t{r.next} * mtu;

@@ -93,4 +93,8 @@ inline void Deadline::unlink_from_queue() {
 // advance() steps only these.
 using StreamingHook = boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>;
 
+// The QPs whose requester stopped because the host had no transmit room (EngineHost::
+// transmit_room): advance() resumes them, oldest first, as room returns.
+using RoomWaitHook = boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>;
+
 }  // namespace rrdma::rocev2

@@ -175,6 +175,13 @@ class RecordingHost final : public EngineHost {
   }
   void complete(const Completion& cqe) override { completions.push_back(cqe); }
   void async_event(const AsyncEvent& e) override { events.push_back(e); }
+  // A transmit queue of this many packets, drained by take_sent(): the engine's pacing
+  // (transmit_room). Unset: no limit.
+  std::optional<std::size_t> queue_capacity;
+  std::size_t transmit_room() override {
+    if (!queue_capacity) return kUnlimitedTransmitRoom;
+    return *queue_capacity - std::min(*queue_capacity, sent.size());
+  }
   std::vector<Captured> take_sent() { return std::exchange(sent, {}); }
   std::vector<Completion> take_completions() { return std::exchange(completions, {}); }
 };

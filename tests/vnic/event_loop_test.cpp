@@ -110,26 +110,33 @@ TEST_CASE("transmitted frames leave as one write each, in order", "[vnic][loop]"
   CHECK(loop.counters().tx_queue_drops == 0);
 }
 
-TEST_CASE("the transmit queue is bounded and counts what it drops", "[vnic][loop]") {
+TEST_CASE("frames finding every slot busy wait in order, in a bounded backlog that counts its drops", "[vnic][loop]") {
   FramePair pair;
   EventLoopConfig config;
   config.tx_slots = 2;
+  config.tx_backlog_frames = 1;
   config.frame_buffer_size = 2048;
   EventLoop loop(config);
   loop.attach_frame_device(pair.loop_end, [](ByteSpan, Instant) {});
+  CHECK(loop.transmit_room() == 2);
   CHECK(loop.transmit(numbered_frame(1, 60)));
   CHECK(loop.transmit(numbered_frame(2, 60)));
-  CHECK_FALSE(loop.transmit(numbered_frame(3, 60)));
+  CHECK(loop.transmit_room() == 0);
+  CHECK(loop.transmit(numbered_frame(3, 60)));  // waits in the backlog
+  CHECK(loop.counters().tx_backlogged == 1);
+  CHECK(loop.prepare_transmit(60).empty());     // nothing may pass the frame that waits
+  CHECK_FALSE(loop.transmit(numbered_frame(4, 60)));  // the backlog is full
   CHECK(loop.counters().tx_queue_drops == 1);
-  CHECK_FALSE(loop.transmit(numbered_frame(4, 2049)));
+  CHECK_FALSE(loop.transmit(numbered_frame(5, 2049)));
   CHECK(loop.counters().tx_oversize_drops == 1);
-  // Once the two writes complete, their slots are free again.
+  // Once the first two writes complete, the waiting frame takes a slot, after them.
   loop.add_timer_source([&](Instant now) -> std::optional<Instant> {
-    if (loop.counters().tap_tx_frames == 2) loop.stop();
+    if (loop.counters().tap_tx_frames == 3) loop.stop();
     return now + std::chrono::milliseconds(1);
   });
   loop.run();
-  CHECK(pair.drain() == std::vector<Frame>{numbered_frame(1, 60), numbered_frame(2, 60)});
+  CHECK(pair.drain() == std::vector<Frame>{numbered_frame(1, 60), numbered_frame(2, 60), numbered_frame(3, 60)});
+  CHECK(loop.transmit_room() == 2);
 }
 
 TEST_CASE("a frame built in a transmit slot leaves as written, and takes the slot until then", "[vnic][loop]") {

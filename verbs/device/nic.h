@@ -42,6 +42,8 @@ class PacketPort {
   // only during the call.
   virtual void send(const rocev2::OutgoingPacket& packet, std::uint16_t udp_source_port,
                     Instant now) = 0;
+  // Packets send() takes now without holding them back (the engine paces itself by it).
+  virtual std::size_t transmit_room() const { return rocev2::kUnlimitedTransmitRoom; }
 };
 
 // The daemon's event loop as far as the Nic needs it.
@@ -163,6 +165,7 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
 
   // rocev2::EngineHost
   void send_packet(const rocev2::OutgoingPacket& out) override;
+  std::size_t transmit_room() override { return port_.transmit_room(); }
   void complete(const rocev2::Completion& cqe) override;
   void async_event(const rocev2::AsyncEvent& event) override;
   // rocev2::EngineObserver
