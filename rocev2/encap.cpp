@@ -13,7 +13,8 @@ constexpr std::size_t kMaxIpv4TotalLength = 0xFFFF;
 
 RoceHeaders roce_headers(stack::MacAddress source_mac, stack::MacAddress destination_mac,
                          stack::Ipv4Address source_ip, stack::Ipv4Address destination_ip,
-                         std::uint16_t udp_source_port, std::uint16_t identification) {
+                         std::uint16_t udp_source_port, std::uint16_t identification,
+                         std::uint8_t traffic_class) {
   RoceHeaders h;
   h.ethernet = {.destination = destination_mac, .source = source_mac, .ethertype = stack::EtherType::ipv4};
   h.ipv4.source = source_ip;
@@ -22,8 +23,8 @@ RoceHeaders roce_headers(stack::MacAddress source_mac, stack::MacAddress destina
   h.ipv4.identification = identification;
   h.ipv4.dont_fragment = true;
   h.ipv4.ttl = kRoceTtl;
-  h.ipv4.dscp = 0;
-  h.ipv4.ecn = 0;
+  h.ipv4.dscp = ipv4_tos(traffic_class).dscp;
+  h.ipv4.ecn = ipv4_tos(traffic_class).ecn;
   h.udp.source_port = udp_source_port;
   h.udp.destination_port = kRoceV2Port;
   return h;

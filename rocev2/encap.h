@@ -2,7 +2,7 @@
 // Ethernet frame; the pieces that put it there (the same for the daemon and for tests), and
 // the whole-frame parser/verifier.
 //
-//   Ethernet (0x0800) | IPv4 (20 B, DF, TTL 64, TOS 0, protocol 17) |
+//   Ethernet (0x0800) | IPv4 (20 B, DF, TTL 64, TOS = traffic class, protocol 17) |
 //   UDP (destination 4791, checksum 0, source port chosen per QP pair) |
 //   BTH | extension headers | payload | pad | ICRC (4 B, little-endian)
 //
@@ -81,12 +81,27 @@ struct RoceHeaders {
   bool operator==(const RoceHeaders&) const = default;
 };
 
-// The headers RoCE v2 prescribes between two endpoints: DF, TTL 64, TOS 0, UDP/4791.
-// `identification` is the IPv4 ID; with DF set it only needs to differ between packets
-// in flight (RFC 6864), rxe (through Linux's IP layer) counts it up per packet.
+// The IPv4 TOS byte of a RoCE v2 packet is the GRH traffic class of the address vector it
+// follows (the QP's path, or a UD work request's AH), as rxe sends it (rxe_net.c, prepare4:
+// av->grh.traffic_class as the TOS): its high six bits the DSCP, its low two the ECN field,
+// both as the application set them. We do not react to Congestion Experienced (CNPs are
+// counted and ignored), so a traffic class with ECT set is the caller's choice.
+struct Ipv4Tos {
+  std::uint8_t dscp = 0;
+  std::uint8_t ecn = 0;
+};
+constexpr Ipv4Tos ipv4_tos(std::uint8_t traffic_class) {
+  return {static_cast<std::uint8_t>(traffic_class >> 2), static_cast<std::uint8_t>(traffic_class & 0x03)};
+}
+
+// The headers RoCE v2 prescribes between two endpoints: DF, TTL 64, UDP/4791, and the TOS
+// of `traffic_class` (ipv4_tos). `identification` is the IPv4 ID; with DF set it only needs
+// to differ between packets in flight (RFC 6864), rxe (through Linux's IP layer) counts it
+// up per packet.
 RoceHeaders roce_headers(stack::MacAddress source_mac, stack::MacAddress destination_mac,
                          stack::Ipv4Address source_ip, stack::Ipv4Address destination_ip,
-                         std::uint16_t udp_source_port, std::uint16_t identification = 0);
+                         std::uint16_t udp_source_port, std::uint16_t identification = 0,
+                         std::uint8_t traffic_class = 0);
 
 // --- Building frames: one path -------------------------------------------------------
 //

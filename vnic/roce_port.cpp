@@ -77,6 +77,8 @@ bool RocePort::transmit(const rocev2::OutgoingPacket& out, std::uint16_t udp_sou
   request.trailer_length = rocev2::kIcrcLength;
   request.compute_checksum = false;  // RoCE v2 sends UDP checksum 0: the ICRC covers it
   request.ttl = rocev2::kRoceTtl;
+  request.dscp = rocev2::ipv4_tos(out.traffic_class).dscp;
+  request.ecn = rocev2::ipv4_tos(out.traffic_class).ecn;
   rocev2::IcrcFinalizer finalizer;
   // Before the stack sends it: a trace then knows the QP of the frame that comes out.
   if (observer_ != nullptr) observer_->on_transport(true, payload.packet(), out.src_qpn, out.dest);

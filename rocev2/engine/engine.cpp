@@ -152,7 +152,10 @@ void apply_attributes(QpAttr& to, const QpAttr& from, std::uint32_t mask) {
   if (mask & kRqPsn) to.rq_psn = from.rq_psn;
   if (mask & kDestQpn) to.dest_qpn = from.dest_qpn;
   if (mask & kQkey) to.qkey = from.qkey;
-  if (mask & kAv) to.dest_ip = from.dest_ip;
+  if (mask & kAv) {
+    to.dest_ip = from.dest_ip;
+    to.traffic_class = from.traffic_class;
+  }
   if (mask & kAccessFlags) to.access_flags = from.access_flags;
 }
 
@@ -292,9 +295,9 @@ void Engine::Impl::observe(const Qp& qp, const Bth& bth, PacketDecision d, std::
   observer_->on_packet(qp.qpn, bth, d, detail);
 }
 
-void Engine::Impl::emit(Qp& qp, stack::Ipv4Address dest, const TransportPacket& p,
-                        PacketDecision d, std::string_view detail) {
-  host_.send_packet({dest, qp.qpn, p});
+void Engine::Impl::emit(Qp& qp, Destination to, const TransportPacket& p, PacketDecision d,
+                        std::string_view detail) {
+  host_.send_packet({to.ip, qp.qpn, p, to.traffic_class});
   ++counters_.packets_sent;
   observe(qp, p.bth, d, detail);
 }

@@ -227,8 +227,14 @@ class Engine::Impl {
   void flush_send_queue(Qp& qp);
   void reset(Qp& qp);
   void observe(const Qp& qp, const Bth& bth, PacketDecision d, std::string_view detail);
-  void emit(Qp& qp, stack::Ipv4Address dest, const TransportPacket& p, PacketDecision d,
-            std::string_view detail);
+  // Where a packet goes: the IPv4 address and GRH traffic class of an address vector.
+  struct Destination {
+    stack::Ipv4Address ip{};
+    std::uint8_t traffic_class = 0;
+  };
+  // The QP's own path (modify_qp's address vector): RC and UC requests, every response.
+  static Destination path_of(const Qp& qp) { return {qp.attr.dest_ip, qp.attr.traffic_class}; }
+  void emit(Qp& qp, Destination to, const TransportPacket& p, PacketDecision d, std::string_view detail);
   void complete_send(Qp& qp, const SendWqe& w, WcStatus status);
   void complete_recv(Qp& qp, Completion c);
 

@@ -25,6 +25,9 @@ struct OutgoingPacket {
   stack::Ipv4Address dest{};   // the peer's IPv4 address (the GID of RoCE v2)
   Qpn src_qpn{};               // the sending QP: the host derives the UDP source port from it
   TransportPacket packet;
+  // The GRH traffic class of the address vector the packet follows (the QP's for RC and UC,
+  // responses included; the WR's AH for UD): RoCE v2 carries it as the IPv4 TOS byte.
+  std::uint8_t traffic_class = 0;
 };
 
 // Facts about a registered memory region, as the host's MR table knows them.

@@ -205,8 +205,8 @@ bool Engine::Impl::send_next_packet(Qp& qp, SendWqe& w, Instant now) {
     if (p.bth.ack_req) r.ack_req_psn = p.bth.psn;
   }
   if (r.high_psn.before(r.next_psn)) r.high_psn = r.next_psn;
-  const stack::Ipv4Address dest = qp.type == QpType::Ud ? w.wr.ud_dest_ip : qp.attr.dest_ip;
-  emit(qp, dest, p, retransmission ? PacketDecision::Retransmitted : PacketDecision::Sent,
+  const Destination to = qp.type == QpType::Ud ? Destination{w.wr.ud_dest_ip, w.wr.ud_traffic_class} : path_of(qp);
+  emit(qp, to, p, retransmission ? PacketDecision::Retransmitted : PacketDecision::Sent,
        retransmission ? r.retransmit_reason : opcode_info(p.bth.opcode).name);
   if (retransmission) ++counters_.retransmits;
   if (qp.type == QpType::Rc && !r.retransmit_deadline) restart_ack_timer(qp, now);

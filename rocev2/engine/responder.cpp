@@ -530,7 +530,7 @@ Verdict Engine::Impl::step_read_stream(Qp& qp) {
       if (!payload) return Verdict::operational_error("source memory unreadable", WcStatus::RemOpErr);
       out.payload = *payload;
     }
-    emit(qp, qp.attr.dest_ip, out, r.duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent,
+    emit(qp, path_of(qp), out, r.duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent,
          opcode_info(out.bth.opcode).name);
   }
   if (r.next < r.packets) return Verdict::ok();
@@ -594,7 +594,7 @@ void Engine::Impl::send_atomic_ack(Qp& qp, Psn psn, std::uint64_t original, bool
   out.bth.psn = psn;
   out.aeth = Aeth{ack_syndrome(), qp.resp.msn};
   out.atomic_ack_eth = AtomicAckEth{original};
-  emit(qp, qp.attr.dest_ip, out, duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent, "ATOMIC_ACKNOWLEDGE");
+  emit(qp, path_of(qp), out, duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent, "ATOMIC_ACKNOWLEDGE");
   answered(qp, psn);
 }
 
@@ -606,7 +606,7 @@ void Engine::Impl::send_empty_read_response(Qp& qp, Psn psn, bool duplicate) {
   out.bth.dest_qp = qp.attr.dest_qpn;
   out.bth.psn = psn;
   out.aeth = Aeth{ack_syndrome(), qp.resp.msn};
-  emit(qp, qp.attr.dest_ip, out, duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent,
+  emit(qp, path_of(qp), out, duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent,
        "RDMA_READ_RESPONSE_ONLY (empty)");
   answered(qp, psn);
 }
@@ -617,7 +617,7 @@ void Engine::Impl::send_ack(Qp& qp, Psn psn, std::uint8_t syndrome, PacketDecisi
   out.bth.dest_qp = qp.attr.dest_qpn;
   out.bth.psn = psn;
   out.aeth = Aeth{syndrome, qp.resp.msn};
-  emit(qp, qp.attr.dest_ip, out, d, why);
+  emit(qp, path_of(qp), out, d, why);
   // A NAK's PSN is the one not executed: it acknowledges those before it.
   answered(qp, syndrome == ack_syndrome() ? psn : psn - 1);
 }

@@ -34,6 +34,7 @@ struct QpAttr {
   Qpn dest_qpn{};
   Qkey qkey{};
   stack::Ipv4Address dest_ip{};      // the address vector: RoCE v2 over IPv4
+  std::uint8_t traffic_class = 0;    // its GRH traffic class (set with dest_ip, qp_attr::kAv)
   std::uint32_t access_flags = 0;    // access:: bits the responder grants
 };
 
@@ -81,8 +82,9 @@ struct SendWr {
   std::uint32_t flush_length = 0;
   std::uint8_t flush_type = 0;
   std::uint8_t flush_level = 0;
-  // UD only: the address handle and the remote QP.
+  // UD only: the address handle (its IPv4 address and GRH traffic class) and the remote QP.
   stack::Ipv4Address ud_dest_ip{};
+  std::uint8_t ud_traffic_class = 0;
   Qpn ud_remote_qpn{};
   Qkey ud_remote_qkey{};
 };

@@ -19,20 +19,56 @@
 # input that did it is kept under BUILD/fuzz/artifacts/<target>/ and the script prints how to
 # replay it and how to keep it as a regression (ctest then replays it in every build).
 #
-#   tests/fuzz/run-fuzz.sh [SECONDS] [TARGET...]   SECONDS per target (default
-#                                                  $RRDMA_FUZZ_SECONDS, else 60); all targets
+# usage: tests/fuzz/run-fuzz.sh [SECONDS [TARGET...]]
+#   SECONDS   per target, a whole number above 0 (default $RRDMA_FUZZ_SECONDS, else 60);
+#             to name targets, give SECONDS first: run-fuzz.sh 60 interfaces
+#   TARGET    frame, admin_json, ... as above (fuzz_frame works too); default: all of them
 #   RRDMA_FUZZ_BUILD=dir    build directory (default build-fuzz at the top)
 #   RRDMA_FUZZ_JOBS=n       targets run at once (default 1)
+# Bad arguments: a message, and exit 2 before anything is built. --help: this text.
 set -euo pipefail
 
-seconds=${1:-${RRDMA_FUZZ_SECONDS:-60}}
-shift || true
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+
+usage() { sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"; }
+bad_use() {
+  echo "run-fuzz: $1" >&2
+  echo "usage: tests/fuzz/run-fuzz.sh [SECONDS [TARGET...]]   (--help says more)" >&2
+  exit 2
+}
+# A whole number above 0 of at most 9 digits: libFuzzer reads -max_total_time as an int.
+is_count() { [[ $1 =~ ^0*[1-9][0-9]{0,8}$ ]]; }
+# The targets, as tests/fuzz/CMakeLists.txt lists them (RRDMA_FUZZ_TARGETS), without fuzz_.
+known_targets() {
+  sed -n 's/^set(RRDMA_FUZZ_TARGETS \(.*\))$/\1/p' "$here/CMakeLists.txt" | tr ' ' '\n' | sed -n 's/^fuzz_//p'
+}
+
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
+mapfile -t all_targets < <(known_targets)
+(( ${#all_targets[@]} )) || { echo "run-fuzz: no RRDMA_FUZZ_TARGETS in $here/CMakeLists.txt" >&2; exit 1; }
+if (( $# )); then
+  seconds=$1
+  shift
+  if ! is_count "$seconds"; then
+    hint=""
+    [[ " ${all_targets[*]} " == *" ${seconds#fuzz_} "* ]] && hint=" (a target needs SECONDS first: run-fuzz.sh 60 ${seconds#fuzz_})"
+    bad_use "SECONDS must be a whole number above 0, not '$seconds'$hint"
+  fi
+else
+  seconds=${RRDMA_FUZZ_SECONDS:-60}
+  is_count "$seconds" || bad_use "RRDMA_FUZZ_SECONDS must be a whole number above 0, not '$seconds'"
+fi
 build=${RRDMA_FUZZ_BUILD:-$root/build-fuzz}
 jobs=${RRDMA_FUZZ_JOBS:-1}
-targets=("$@")
-(( ${#targets[@]} )) || targets=(frame admin_json control_frame nic_requests credentials cm_mad ucma interfaces)
+is_count "$jobs" || bad_use "RRDMA_FUZZ_JOBS must be a whole number above 0, not '$jobs'"
+targets=()
+for name in "$@"; do
+  name=${name#fuzz_}
+  [[ " ${all_targets[*]} " == *" $name "* ]] || bad_use "no fuzz target '$name' (targets: ${all_targets[*]})"
+  targets+=("$name")
+done
+(( ${#targets[@]} )) || targets=("${all_targets[@]}")
 
 started=$(date +%s)
 CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \

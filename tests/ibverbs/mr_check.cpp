@@ -15,22 +15,15 @@
  *     the forms rxe refuses (EOPNOTSUPP).
  *   - the context's cmd_fd is a real descriptor; ibv_import_device on it says EOPNOTSUPP.
  *   mr_check DEVICE_A DEVICE_B      exit 0 and "ok" when everything checked out */
-#include <cerrno>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <ctime>
-
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <infiniband/verbs.h>
+#define CHECK_PROGRAM "mr_check"
+#include "check_common.h"
 
 #define RIGHTS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
-#define KIB 1024ul
 #define GIB (1024ul * 1024ul * 1024ul)
 
 struct side {
@@ -41,21 +34,8 @@ struct side {
   union ibv_gid gid;
 };
 
-[[noreturn]] static void fail(const char *what) {
-  fprintf(stderr, "mr_check: %s (errno %d: %s)\n", what, errno, strerror(errno));
-  exit(1);
-}
-static void check(bool ok, const char *what) {
-  if (!ok) fail(what);
-}
-
 static void open_side(struct side *side, const char *name) {
-  struct ibv_device **list = ibv_get_device_list(NULL);
-  check(list != NULL, "ibv_get_device_list");
-  for (int i = 0; list[i]; ++i)
-    if (strcmp(ibv_get_device_name(list[i]), name) == 0) side->context = ibv_open_device(list[i]);
-  ibv_free_device_list(list);
-  check(side->context != NULL, "no such device");
+  side->context = open_device(name);
   side->pd = ibv_alloc_pd(side->context);
   side->cq = ibv_create_cq(side->context, 64, NULL, NULL, 0);
   struct ibv_srq_init_attr srq_attr = {};
@@ -69,17 +49,9 @@ static void open_side(struct side *side, const char *name) {
 /* ibv_create_qp_ex with the given extended attributes: the QP, or NULL with errno. */
 static struct ibv_qp *create_qp(struct side *side, enum ibv_qp_type type, uint32_t comp_mask, uint32_t create_flags,
                                 uint64_t send_ops, struct ibv_srq *srq) {
-  struct ibv_qp_init_attr_ex attr = {};
-  attr.send_cq = side->cq;
-  attr.recv_cq = side->cq;
+  struct ibv_qp_init_attr_ex attr = qp_init_attr(side->pd, side->cq, type);
   attr.srq = srq;
-  attr.cap.max_send_wr = 16;
-  attr.cap.max_recv_wr = 16;
-  attr.cap.max_send_sge = 1;
-  attr.cap.max_recv_sge = 1;
-  attr.qp_type = type;
-  attr.comp_mask = IBV_QP_INIT_ATTR_PD | comp_mask;
-  attr.pd = side->pd;
+  attr.comp_mask |= comp_mask;
   attr.create_flags = create_flags;
   attr.send_ops_flags = send_ops;
   attr.max_tso_header = 64;
@@ -87,67 +59,15 @@ static struct ibv_qp *create_qp(struct side *side, enum ibv_qp_type type, uint32
   return ibv_create_qp_ex(side->context, &attr);
 }
 
-static void connect_qp(struct ibv_qp *qp, const struct side *peer, uint32_t peer_qpn) {
-  struct ibv_qp_attr attr = {};
-  attr.qp_state = IBV_QPS_INIT;
-  attr.port_num = 1;
-  int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-  if (qp->qp_type == IBV_QPT_UD) {
-    attr.qkey = 0x1111;
-    mask |= IBV_QP_QKEY;
-  } else {
-    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-    if (qp->qp_type == IBV_QPT_UC) attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    mask |= IBV_QP_ACCESS_FLAGS;
-  }
-  check(ibv_modify_qp(qp, &attr, mask) == 0, "modify to INIT");
-  memset(&attr, 0, sizeof attr);
-  attr.qp_state = IBV_QPS_RTR;
-  mask = IBV_QP_STATE;
-  if (qp->qp_type != IBV_QPT_UD) {
-    attr.path_mtu = IBV_MTU_1024;
-    attr.dest_qp_num = peer_qpn;
-    attr.rq_psn = 100;
-    attr.ah_attr.is_global = 1;
-    attr.ah_attr.grh.dgid = peer->gid;
-    attr.ah_attr.grh.hop_limit = 64;
-    attr.ah_attr.port_num = 1;
-    mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-    if (qp->qp_type == IBV_QPT_RC) {
-      attr.max_dest_rd_atomic = 4;
-      attr.min_rnr_timer = 12;
-      mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-    }
-  }
-  check(ibv_modify_qp(qp, &attr, mask) == 0, "modify to RTR");
-  memset(&attr, 0, sizeof attr);
-  attr.qp_state = IBV_QPS_RTS;
-  attr.sq_psn = 100;
-  mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-  if (qp->qp_type == IBV_QPT_RC) {
-    attr.timeout = 14;
-    attr.retry_cnt = 7;
-    attr.rnr_retry = 7;
-    attr.max_rd_atomic = 4;
-    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-  }
-  check(ibv_modify_qp(qp, &attr, mask) == 0, "modify to RTS");
-}
-
-/* The next completion of the CQ (at most 30 s). */
-static struct ibv_wc next_completion(struct side *side, const char *what) {
-  time_t give_up = time(NULL) + 30;
-  struct ibv_wc wc;
-  for (;;) {
-    int n = ibv_poll_cq(side->cq, 1, &wc);
-    check(n >= 0, "ibv_poll_cq");
-    if (n == 1) return wc;
-    if (time(NULL) > give_up) fail(what);
-  }
+/* The remote access mr_check's QPs grant: all RC has, the WRITEs of UC. */
+static void connect_to(struct ibv_qp *qp, const struct side *peer, uint32_t peer_qpn) {
+  unsigned access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  if (qp->qp_type == IBV_QPT_UC) access = IBV_ACCESS_REMOTE_WRITE;
+  connect_qp(qp, &peer->gid, peer_qpn, access);
 }
 
 static void expect_success(struct side *side, const char *what) {
-  struct ibv_wc wc = next_completion(side, what);
+  struct ibv_wc wc = next_completion(side->cq, what);
   if (wc.status != IBV_WC_SUCCESS) {
     fprintf(stderr, "mr_check: %s: %s\n", what, ibv_wc_status_str(wc.status));
     exit(1);
@@ -173,7 +93,7 @@ static enum ibv_wc_status rdma(struct side *side, struct ibv_qp *qp, enum ibv_wr
     wr.wr.rdma.rkey = rkey;
   }
   check(ibv_post_send(qp, &wr, &bad) == 0, what);
-  return next_completion(side, what).status;
+  return next_completion(side->cq, what).status;
 }
 
 static void post_recv(struct ibv_qp *qp, struct ibv_srq *srq, uint64_t addr, uint32_t length, uint32_t lkey) {
@@ -183,10 +103,6 @@ static void post_recv(struct ibv_qp *qp, struct ibv_srq *srq, uint64_t addr, uin
   wr.sg_list = &sge;
   wr.num_sge = 1;
   check((srq ? ibv_post_srq_recv(srq, &wr, &bad) : ibv_post_recv(qp, &wr, &bad)) == 0, "post receive");
-}
-
-static void fill(unsigned char *p, size_t n, unsigned seed) {
-  for (size_t i = 0; i < n; ++i) p[i] = (unsigned char)(i * 13 + seed);
 }
 
 static size_t resident_pages(void *start, size_t bytes) {
@@ -386,7 +302,7 @@ static void check_implicit_odp(struct side *a, struct side *b, struct ibv_qp *qp
   wr.send_flags = IBV_SEND_SIGNALED;
   check(ibv_post_send(qp, &wr, &bad) == 0, "post SEND");
   expect_success(a, "SEND into the SRQ");
-  struct ibv_wc wc = next_completion(b, "SRQ receive");
+  struct ibv_wc wc = next_completion(b->cq, "SRQ receive");
   check(wc.status == IBV_WC_SUCCESS && wc.byte_len == 3000 && memcmp(landing + 100, src, 3000) == 0,
         "SEND into ODP memory through the SRQ");
   munmap(landing, 64 * KIB);
@@ -411,8 +327,8 @@ static void check_uc_ud_odp(struct side *a, struct side *b) {
   struct ibv_qp *uc_a = create_qp(a, IBV_QPT_UC, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, 0, uc_ops, NULL);
   struct ibv_qp *uc_b = create_qp(b, IBV_QPT_UC, 0, 0, 0, NULL);
   check(uc_a && uc_b, "UC QPs");
-  connect_qp(uc_a, b, uc_b->qp_num);
-  connect_qp(uc_b, a, uc_a->qp_num);
+  connect_to(uc_a, b, uc_b->qp_num);
+  connect_to(uc_b, a, uc_a->qp_num);
   post_recv(uc_b, NULL, (uintptr_t)target, 2000, mb->lkey);
   struct ibv_qp_ex *qpx = ibv_qp_to_qp_ex(uc_a);
   ibv_wr_start(qpx);
@@ -424,7 +340,7 @@ static void check_uc_ud_odp(struct side *a, struct side *b) {
   check(ibv_wr_complete(qpx) == 0, "UC ibv_wr_complete");
   expect_success(a, "UC SEND");
   expect_success(a, "UC WRITE");
-  struct ibv_wc wc = next_completion(b, "UC receive");
+  struct ibv_wc wc = next_completion(b->cq, "UC receive");
   check(wc.status == IBV_WC_SUCCESS && memcmp(target, src, 2000) == 0, "UC SEND into ODP memory");
   /* UC WRITEs complete at the sender when sent; the receiver has them once its RECV (posted
      later on the same QP, so in order behind the WRITE) completes. */
@@ -437,14 +353,14 @@ static void check_uc_ud_odp(struct side *a, struct side *b) {
   marker.send_flags = IBV_SEND_SIGNALED;
   check(ibv_post_send(uc_a, &marker, &bad) == 0, "UC marker SEND");
   expect_success(a, "UC marker SEND");
-  check(next_completion(b, "UC marker receive").status == IBV_WC_SUCCESS, "UC marker receive");
+  check(next_completion(b->cq, "UC marker receive").status == IBV_WC_SUCCESS, "UC marker receive");
   check(memcmp(target + 128 * KIB, src + 4096, 100 * KIB) == 0, "UC WRITE into ODP memory");
 
   struct ibv_qp *ud_a = create_qp(a, IBV_QPT_UD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, 0, IBV_QP_EX_WITH_SEND, NULL);
   struct ibv_qp *ud_b = create_qp(b, IBV_QPT_UD, IBV_QP_INIT_ATTR_CREATE_FLAGS, 0, 0, NULL);
   check(ud_a && ud_b, "UD QPs");
-  connect_qp(ud_a, b, 0);
-  connect_qp(ud_b, a, 0);
+  connect_to(ud_a, b, 0);
+  connect_to(ud_b, a, 0);
   unsigned char *ud_landing = target + 200 * KIB;  /* not touched by anything above */
   post_recv(ud_b, NULL, (uintptr_t)ud_landing, 40 + 512, mb->lkey);
   struct ibv_ah_attr ah_attr = {};
@@ -458,11 +374,11 @@ static void check_uc_ud_odp(struct side *a, struct side *b) {
   ibv_wr_start(qpx);
   qpx->wr_flags = IBV_SEND_SIGNALED;
   ibv_wr_send(qpx);
-  ibv_wr_set_ud_addr(qpx, ah, ud_b->qp_num, 0x1111);
+  ibv_wr_set_ud_addr(qpx, ah, ud_b->qp_num, CHECK_UD_QKEY);
   ibv_wr_set_sge(qpx, ma->lkey, (uintptr_t)src + 777, 512);
   check(ibv_wr_complete(qpx) == 0, "UD ibv_wr_complete");
   expect_success(a, "UD SEND");
-  wc = next_completion(b, "UD receive");
+  wc = next_completion(b->cq, "UD receive");
   check(wc.status == IBV_WC_SUCCESS && wc.byte_len == 40 + 512 && memcmp(ud_landing + 40, src + 777, 512) == 0,
         "UD SEND into ODP memory");
 
@@ -501,8 +417,8 @@ int main(int argc, char **argv) {
   struct ibv_qp *qa = create_qp(&a, IBV_QPT_RC, IBV_QP_INIT_ATTR_CREATE_FLAGS, 0, 0, NULL);
   struct ibv_qp *qb = create_qp(&b, IBV_QPT_RC, 0, 0, 0, b.srq);
   check(qa && qb, "RC QPs");
-  connect_qp(qa, &b, qb->qp_num);
-  connect_qp(qb, &a, qa->qp_num);
+  connect_to(qa, &b, qb->qp_num);
+  connect_to(qb, &a, qa->qp_num);
   check_rereg(&a, &b, qa);
   check_explicit_odp(&a, &b, qa);
   check_implicit_odp(&a, &b, qa, qb);

@@ -15,16 +15,9 @@
  *     window (EBUSY), ibv_bind_mw on a type 2 window and a zero-based type 1 bind (EINVAL),
  *     remote invalidation of a type 1 window (IBV_WC_REM_INV_REQ_ERR).
  *   mw_check DEVICE_A DEVICE_B      exit 0 and "ok" when everything checked out */
-#include <cerrno>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <ctime>
+#define CHECK_PROGRAM "mw_check"
+#include "check_common.h"
 
-#include <infiniband/verbs.h>
-
-#define KIB 1024ul
 #define RIGHTS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 #define WINDOW_RIGHTS (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
@@ -41,75 +34,21 @@ struct pair {
   struct ibv_qp *qa, *qb;
 };
 
-[[noreturn]] static void fail(const char *what) {
-  fprintf(stderr, "mw_check: %s (errno %d: %s)\n", what, errno, strerror(errno));
-  exit(1);
-}
-static void check(bool ok, const char *what) {
-  if (!ok) fail(what);
-}
-
 static void open_side(struct side *side, const char *name) {
-  struct ibv_device **list = ibv_get_device_list(NULL);
-  check(list != NULL, "ibv_get_device_list");
-  for (int i = 0; list[i]; ++i)
-    if (strcmp(ibv_get_device_name(list[i]), name) == 0) side->context = ibv_open_device(list[i]);
-  ibv_free_device_list(list);
-  check(side->context != NULL, "no such device");
+  side->context = open_device(name);
   side->pd = ibv_alloc_pd(side->context);
   check(side->pd != NULL, "ibv_alloc_pd");
   check(ibv_query_gid(side->context, 1, 0, &side->gid) == 0, "ibv_query_gid");
 }
 
 static struct ibv_qp *create_qp(struct side *side, struct ibv_cq *cq) {
-  struct ibv_qp_init_attr_ex attr = {};
-  attr.send_cq = cq;
-  attr.recv_cq = cq;
-  attr.cap.max_send_wr = 16;
-  attr.cap.max_recv_wr = 16;
-  attr.cap.max_send_sge = 1;
-  attr.cap.max_recv_sge = 1;
-  attr.qp_type = IBV_QPT_RC;
-  attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  attr.pd = side->pd;
+  struct ibv_qp_init_attr_ex attr = qp_init_attr(side->pd, cq, IBV_QPT_RC);
+  attr.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   attr.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_RDMA_WRITE |
                         IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
   struct ibv_qp *qp = ibv_create_qp_ex(side->context, &attr);
   check(qp != NULL, "ibv_create_qp_ex");
   return qp;
-}
-
-static void connect_qp(struct ibv_qp *qp, const struct side *peer, uint32_t peer_qpn) {
-  struct ibv_qp_attr attr = {};
-  attr.qp_state = IBV_QPS_INIT;
-  attr.port_num = 1;
-  attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  check(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-        "modify to INIT");
-  memset(&attr, 0, sizeof attr);
-  attr.qp_state = IBV_QPS_RTR;
-  attr.path_mtu = IBV_MTU_1024;
-  attr.dest_qp_num = peer_qpn;
-  attr.rq_psn = 100;
-  attr.ah_attr.is_global = 1;
-  attr.ah_attr.grh.dgid = peer->gid;
-  attr.ah_attr.grh.hop_limit = 64;
-  attr.ah_attr.port_num = 1;
-  attr.max_dest_rd_atomic = 4;
-  attr.min_rnr_timer = 12;
-  check(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
-        "modify to RTR");
-  memset(&attr, 0, sizeof attr);
-  attr.qp_state = IBV_QPS_RTS;
-  attr.sq_psn = 100;
-  attr.timeout = 14;
-  attr.retry_cnt = 7;
-  attr.rnr_retry = 7;
-  attr.max_rd_atomic = 4;
-  check(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
-        "modify to RTS");
 }
 
 static struct pair make_pair(struct side *a, struct side *b) {
@@ -119,26 +58,14 @@ static struct pair make_pair(struct side *a, struct side *b) {
   check(p.cq_a && p.cq_b, "ibv_create_cq");
   p.qa = create_qp(a, p.cq_a);
   p.qb = create_qp(b, p.cq_b);
-  connect_qp(p.qa, b, p.qb->qp_num);
-  connect_qp(p.qb, a, p.qa->qp_num);
+  connect_qp(p.qa, &b->gid, p.qb->qp_num, WINDOW_RIGHTS);
+  connect_qp(p.qb, &a->gid, p.qa->qp_num, WINDOW_RIGHTS);
   return p;
 }
 
 static void drop_pair(struct pair *p) {
   check(ibv_destroy_qp(p->qa) == 0 && ibv_destroy_qp(p->qb) == 0, "ibv_destroy_qp");
   check(ibv_destroy_cq(p->cq_a) == 0 && ibv_destroy_cq(p->cq_b) == 0, "ibv_destroy_cq");
-}
-
-/* The next completion of the CQ (at most 30 s). */
-static struct ibv_wc next_completion(struct ibv_cq *cq, const char *what) {
-  time_t give_up = time(NULL) + 30;
-  struct ibv_wc wc;
-  for (;;) {
-    int n = ibv_poll_cq(cq, 1, &wc);
-    check(n >= 0, "ibv_poll_cq");
-    if (n == 1) return wc;
-    if (time(NULL) > give_up) fail(what);
-  }
 }
 
 static void expect(struct ibv_cq *cq, enum ibv_wc_status status, enum ibv_wc_opcode opcode, const char *what) {
@@ -201,10 +128,6 @@ static int type1_bind(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, v
   bind.bind_info.length = length;
   bind.bind_info.mw_access_flags = access;
   return ibv_bind_mw(qp, mw, &bind);
-}
-
-static void fill(unsigned char *p, size_t n, unsigned seed) {
-  for (size_t i = 0; i < n; ++i) p[i] = (unsigned char)(i * 13 + seed);
 }
 
 struct memory {

@@ -12,14 +12,8 @@
  * rdma-core 45 added as the pointer after wr_atomic_write in struct ibv_qp_ex, with these
  * constants; a program built against newer headers calls exactly that, as this one does.
  *   wr_api_check DEVICE_A DEVICE_B      exit 0 and "ok" when everything checked out */
-#include <cerrno>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <ctime>
-
-#include <infiniband/verbs.h>
+#define CHECK_PROGRAM "wr_api_check"
+#include "check_common.h"
 
 #define BUFFER_BYTES 8192
 
@@ -50,18 +44,8 @@ struct side {
   union ibv_gid gid;
 };
 
-[[noreturn]] static void fail(const char *what) {
-  fprintf(stderr, "wr_api_check: %s\n", what);
-  exit(1);
-}
-
 static void open_side(struct side *side, const char *name) {
-  struct ibv_device **list = ibv_get_device_list(NULL);
-  if (!list) fail("ibv_get_device_list");
-  for (int i = 0; list[i]; ++i)
-    if (strcmp(ibv_get_device_name(list[i]), name) == 0) side->context = ibv_open_device(list[i]);
-  ibv_free_device_list(list);
-  if (!side->context) fail("no such device");
+  side->context = open_device(name);
   side->pd = ibv_alloc_pd(side->context);
   side->buffer = static_cast<unsigned char *>(calloc(1, BUFFER_BYTES));
   if (!side->pd || !side->buffer) fail("ibv_alloc_pd");
@@ -74,17 +58,9 @@ static void open_side(struct side *side, const char *name) {
   cq_attr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM;
   side->cq = ibv_create_cq_ex(side->context, &cq_attr);
   if (!side->cq) fail("ibv_create_cq_ex");
-  struct ibv_qp_init_attr_ex qp_attr = {};
-  qp_attr.send_cq = ibv_cq_ex_to_cq(side->cq);
-  qp_attr.recv_cq = ibv_cq_ex_to_cq(side->cq);
-  qp_attr.cap.max_send_wr = 16;
-  qp_attr.cap.max_recv_wr = 16;
-  qp_attr.cap.max_send_sge = 1;
-  qp_attr.cap.max_recv_sge = 1;
+  struct ibv_qp_init_attr_ex qp_attr = qp_init_attr(side->pd, ibv_cq_ex_to_cq(side->cq), IBV_QPT_RC);
   qp_attr.cap.max_inline_data = 64;
-  qp_attr.qp_type = IBV_QPT_RC;
-  qp_attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  qp_attr.pd = side->pd;
+  qp_attr.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   qp_attr.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND |
                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                            IBV_QP_EX_WITH_ATOMIC_WRITE | FLUSH_SEND_OPS;
@@ -93,40 +69,8 @@ static void open_side(struct side *side, const char *name) {
   if (ibv_query_gid(side->context, 1, 0, &side->gid)) fail("ibv_query_gid");
 }
 
-static void connect_to(struct side *side, const struct side *peer) {
-  struct ibv_qp_attr attr = {};
-  attr.qp_state = IBV_QPS_INIT;
-  attr.port_num = 1;
-  /* rxe's responder wants the QP to grant FLUSH of the placement type too, not only the MR. */
-  attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                         FLUSH_ACCESS_GLOBAL;
-  if (ibv_modify_qp(side->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-    fail("modify to INIT");
-  memset(&attr, 0, sizeof attr);
-  attr.qp_state = IBV_QPS_RTR;
-  attr.path_mtu = IBV_MTU_1024;
-  attr.dest_qp_num = peer->qp->qp_num;
-  attr.rq_psn = 100;
-  attr.max_dest_rd_atomic = 4;
-  attr.min_rnr_timer = 12;
-  attr.ah_attr.is_global = 1;
-  attr.ah_attr.grh.dgid = peer->gid;
-  attr.ah_attr.grh.hop_limit = 64;
-  attr.ah_attr.port_num = 1;
-  if (ibv_modify_qp(side->qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    fail("modify to RTR");
-  memset(&attr, 0, sizeof attr);
-  attr.qp_state = IBV_QPS_RTS;
-  attr.sq_psn = 100;
-  attr.timeout = 14;
-  attr.retry_cnt = 7;
-  attr.rnr_retry = 7;
-  attr.max_rd_atomic = 4;
-  if (ibv_modify_qp(side->qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                         IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-    fail("modify to RTS");
-}
+/* rxe's responder wants the QP to grant FLUSH of the placement type too, not only the MR. */
+#define QP_ACCESS (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | FLUSH_ACCESS_GLOBAL)
 
 /* Waits (at most 30 s) for `count` completions on the extended CQ; checks each succeeded. */
 static void expect_completions(struct side *side, int count, const char *what) {
@@ -221,8 +165,8 @@ int main(int argc, char **argv) {
   struct side a = {}, b = {};
   open_side(&a, argv[1]);
   open_side(&b, argv[2]);
-  connect_to(&a, &b);
-  connect_to(&b, &a);
+  connect_qp(a.qp, &b.gid, b.qp->qp_num, QP_ACCESS);
+  connect_qp(b.qp, &a.gid, a.qp->qp_num, QP_ACCESS);
   for (int i = 0; i < 4096; ++i) a.buffer[i] = (unsigned char)(i * 7 + 1);
   for (int i = 0; i < 1024; ++i) b.buffer[4096 + i] = (unsigned char)(255 - i);
   uint64_t counter = 40, swap_target = 5;

@@ -141,6 +141,39 @@ TEST_CASE("build_frame: RoCE v2 header values, then parse_frame gives the packet
   CHECK(verify_icrc(ByteSpan(out).subspan(14)) == IcrcError::none);
 }
 
+// The address vector's traffic class is the IPv4 TOS byte, DSCP and ECN as given (rxe's
+// prepare4); the ICRC masks the TOS (icrc.h), so it is the ICRC of the same packet
+// sent with TOS 0, and a frame of UCX's class 106 parses back to DSCP 26, ECT(0).
+TEST_CASE("build_frame: the traffic class is the IPv4 TOS, which the ICRC does not cover", "[encap]") {
+  STATIC_REQUIRE(ipv4_tos(0x6a).dscp == 26);
+  STATIC_REQUIRE(ipv4_tos(0x6a).ecn == 2);
+  STATIC_REQUIRE(ipv4_tos(0xff).dscp == 63);
+  STATIC_REQUIRE(ipv4_tos(0xff).ecn == 3);
+  const Bytes payload{9, 8, 7};
+  TransportPacket p;
+  p.bth.opcode = Opcode::RcSendOnly;
+  p.bth.dest_qp = Qpn{0x34};
+  p.bth.psn = Psn{5};
+  p.payload = payload;
+  const RoceHeaders plain = test_headers();
+  Bytes without(frame_length(p));
+  REQUIRE(build_frame(plain, p, without) == EmitError::none);
+  for (const std::uint8_t traffic_class : std::initializer_list<std::uint8_t>{0x6a, 0x01, 0xb8, 0xff}) {
+    const RoceHeaders h = roce_headers(plain.ethernet.source, plain.ethernet.destination, plain.ipv4.source,
+                                       plain.ipv4.destination, plain.udp.source_port, 7, traffic_class);
+    Bytes with(frame_length(p));
+    REQUIRE(build_frame(h, p, with) == EmitError::none);
+    CHECK(with[15] == traffic_class);
+    RoceFrame r;
+    REQUIRE(parse_frame(with, r).ok());
+    CHECK(((r.headers.ipv4.dscp << 2) | r.headers.ipv4.ecn) == traffic_class);
+    // Only the TOS and the IPv4 header checksum differ from the frame with TOS 0: the ICRC,
+    // the last 4 bytes, is the same.
+    for (std::size_t i = 0; i < with.size(); ++i)
+      if (i != 15 && i != 24 && i != 25) CHECK(with[i] == without[i]);
+  }
+}
+
 TEST_CASE("Junk in the buffer: build_frame writes every byte, pad and ICRC included", "[encap]") {
   for (std::size_t len : {0u, 1u, 2u, 3u, 4u, 1023u, 1024u}) {
     Bytes payload(len);

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -224,8 +226,21 @@ inline std::uint64_t qp_state(TestClient& side, const TestQp& qp) {
   return reply.words[field::kModState];
 }
 
-// RESET -> INIT -> RTR -> RTS towards the peer at `peer_ip`, QP number `peer_qpn`.
-inline void connect(TestClient& side, const TestQp& qp, std::uint32_t peer_ip, std::uint32_t peer_qpn) {
+// The words of a GID for `ip` (an IPv4-mapped GID) as the control messages carry them.
+inline std::pair<std::uint64_t, std::uint64_t> gid_words(std::uint32_t ip) {
+  const ibv_gid gid = caps::gid_from_ipv4(stack::Ipv4Address{ip});
+  std::uint64_t high = 0, low = 0;
+  for (int i = 0; i < 8; ++i) {
+    high = (high << 8) | gid.raw[i];
+    low = (low << 8) | gid.raw[8 + i];
+  }
+  return {high, low};
+}
+
+// RESET -> INIT -> RTR -> RTS towards the peer at `peer_ip`, QP number `peer_qpn`, on a path
+// of GRH traffic class `traffic_class`.
+inline void connect(TestClient& side, const TestQp& qp, std::uint32_t peer_ip, std::uint32_t peer_qpn,
+                    std::uint8_t traffic_class = 0) {
   auto init = modify_words(qp.handle, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   init[field::kModState] = IBV_QPS_INIT;
   init[field::kModPortNum] = 1;
@@ -239,12 +254,9 @@ inline void connect(TestClient& side, const TestQp& qp, std::uint32_t peer_ip, s
   rtr[field::kModRqPsn] = 100;
   rtr[field::kModMaxDestRdAtomic] = 4;
   rtr[field::kModMinRnrTimer] = 12;
-  const ibv_gid gid = caps::gid_from_ipv4(stack::Ipv4Address{peer_ip});
-  for (int i = 0; i < 8; ++i) {
-    rtr[field::kModDgidHigh] = (rtr[field::kModDgidHigh] << 8) | gid.raw[i];
-    rtr[field::kModDgidLow] = (rtr[field::kModDgidLow] << 8) | gid.raw[8 + i];
-  }
+  std::tie(rtr[field::kModDgidHigh], rtr[field::kModDgidLow]) = gid_words(peer_ip);
   rtr[field::kModHopLimit] = 64;
+  rtr[field::kModTrafficClass] = traffic_class;
   REQUIRE(modify(side, rtr) == 0);
   auto rts = modify_words(qp.handle, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);

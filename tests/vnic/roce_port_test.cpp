@@ -23,6 +23,7 @@ namespace {
 
 using namespace rrdma::verbs::test;
 using verbs::Nic;
+using verbs::RecvWqe;
 using verbs::SendWqe;
 
 class QueueSink final : public stack::FrameSink {
@@ -202,6 +203,107 @@ TEST_CASE("roce port: each frame it sends is the frame build_frame builds from t
   }
   CHECK(compared >= 5 * 2);  // each WRITE and its ACK at least
   CHECK(s.qa->poll().size() == 5);
+}
+
+// The IPv4 TOS of each RoCE frame and whether vnic A sent it, in the order they crossed.
+struct SentTos {
+  bool from_a;
+  std::uint8_t tos;
+  rocev2::Opcode opcode;
+};
+std::vector<SentTos> exchange_recording_tos(Vnic& a, Vnic& b) {
+  std::vector<SentTos> seen;
+  exchange(a, b, [&](std::vector<std::uint8_t>& frame) {
+    rocev2::RoceFrame parsed;
+    if (!rocev2::parse_frame(ByteSpan(frame.data(), frame.size()), parsed).ok()) return;  // ARP
+    seen.push_back({parsed.headers.ipv4.source == stack::Ipv4Address{kIpA}, frame[15], parsed.packet.bth.opcode});
+  });
+  return seen;
+}
+
+// As rxe does (the QP's address vector in prepare4): the GRH traffic class of a QP's path,
+// given by modify_qp, is the IPv4 TOS of everything the QP sends, its ACKs and READ responses
+// included, each side its own.
+TEST_CASE("roce port: a QP's frames carry its path's traffic class as the IPv4 TOS, ACKs and READ responses too") {
+  Vnic a(kIpA, 1), b(kIpB, 2);
+  const Device da = open_device(a.user), db = open_device(b.user);
+  const auto qa = create_qp(a.user, da), qb = create_qp(b.user, db);
+  connect(a.user, *qa, kIpB, qb->qpn, 0x6a);  // UCX's default: DSCP 26, ECT(0)
+  connect(b.user, *qb, kIpA, qa->qpn, 0xb8);  // DSCP 46 (EF), ECN 0
+  std::vector<std::uint8_t> local = counting_bytes(3000, 1), remote(3000, 0);
+  const Registration lr = reg_mr(a.user, da, local, IBV_ACCESS_LOCAL_WRITE);
+  const Registration rr = reg_mr(b.user, db, remote, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  SendWqe write = wqe_for(1, rocev2::WrOpcode::RdmaWrite, local, 2500, lr.lkey);
+  write.remote_addr = reinterpret_cast<std::uintptr_t>(remote.data());
+  write.rkey = rr.rkey;
+  qa->post_send(write);
+  SendWqe read = wqe_for(2, rocev2::WrOpcode::RdmaRead, local, 2500, lr.lkey);
+  read.remote_addr = reinterpret_cast<std::uintptr_t>(remote.data());
+  read.rkey = rr.rkey;
+  qa->post_send(read);
+  const std::vector<SentTos> seen = exchange_recording_tos(a, b);
+  REQUIRE(qa->poll().size() == 2);
+  int from_a = 0, read_responses = 0;
+  for (const SentTos& f : seen) {
+    CHECK(f.tos == (f.from_a ? 0x6a : 0xb8));
+    from_a += f.from_a;
+    read_responses += rocev2::opcode_info(f.opcode).name.find("READ_RESPONSE") != std::string_view::npos;
+  }
+  CHECK(from_a == 3 + 1);         // the WRITE's three packets, the READ request
+  CHECK(read_responses == 3);     // and B answered with its class: three READ responses
+  CHECK(seen.size() > 4 + 3);     // an ACK of B's among them
+}
+
+// UD has no path: each SEND goes where its work request's AH says, with that AH's class.
+TEST_CASE("roce port: a UD SEND carries its AH's traffic class as the IPv4 TOS") {
+  Vnic a(kIpA, 1), b(kIpB, 2);
+  const Device da = open_device(a.user), db = open_device(b.user);
+  const auto qa = create_qp(a.user, da, IBV_QPT_UD), qb = create_qp(b.user, db, IBV_QPT_UD);
+  constexpr std::uint64_t kQkey = 0x1111;
+  for (auto [side, qp] : {std::pair{&a.user, qa.get()}, std::pair{&b.user, qb.get()}}) {
+    auto init = modify_words(qp->handle, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+    init[field::kModState] = IBV_QPS_INIT;
+    init[field::kModPortNum] = 1;
+    init[field::kModQkey] = kQkey;
+    REQUIRE(modify(*side, init) == 0);
+    auto rtr = modify_words(qp->handle, IBV_QP_STATE);
+    rtr[field::kModState] = IBV_QPS_RTR;
+    REQUIRE(modify(*side, rtr) == 0);
+    auto rts = modify_words(qp->handle, IBV_QP_STATE | IBV_QP_SQ_PSN);
+    rts[field::kModState] = IBV_QPS_RTS;
+    REQUIRE(modify(*side, rts) == 0);
+  }
+  const auto ah_to_b = [&](std::uint8_t traffic_class) {
+    std::vector<std::uint64_t> w(field::kCreateAhWords, 0);
+    w[field::kAhPd] = da.pd;
+    std::tie(w[field::kAhDgidHigh], w[field::kAhDgidLow]) = gid_words(kIpB);
+    w[field::kAhHopLimit] = 64;
+    w[field::kAhTrafficClass] = traffic_class;
+    w[field::kAhPortNum] = 1;
+    return a.user.ok(MessageType::CreateAh, w);
+  };
+  std::vector<std::uint8_t> message = counting_bytes(16, 3), landing(2 * (40 + 16), 0);
+  const Registration mr_a = reg_mr(a.user, da, message, IBV_ACCESS_LOCAL_WRITE);
+  const Registration mr_b = reg_mr(b.user, db, landing, IBV_ACCESS_LOCAL_WRITE);
+  std::uint64_t wr_id = 0;
+  for (const std::uint8_t traffic_class : std::initializer_list<std::uint8_t>{0x2e, 0x00}) {
+    RecvWqe recv{};
+    recv.wr_id = ++wr_id;
+    recv.num_sge = 1;
+    recv.sge[0] = {reinterpret_cast<std::uintptr_t>(landing.data()) + (wr_id - 1) * (40 + 16), 40 + 16, mr_b.lkey};
+    qb->post_recv(recv);
+    SendWqe send = wqe_for(wr_id, rocev2::WrOpcode::Send, message, 16, mr_a.lkey);
+    send.ah_handle = static_cast<std::uint32_t>(ah_to_b(traffic_class));
+    send.remote_qpn = qb->qpn;
+    send.remote_qkey = kQkey;
+    qa->post_send(send);
+    const std::vector<SentTos> seen = exchange_recording_tos(a, b);
+    REQUIRE(seen.size() == 1);
+    CHECK(seen[0].tos == traffic_class);
+    const auto received = qb->poll();
+    REQUIRE(received.size() == 1);
+    CHECK(received[0].status == IBV_WC_SUCCESS);
+  }
 }
 
 TEST_CASE("roce port: a corrupted frame is counted as a bad ICRC and dropped and the retry gets through") {

@@ -725,7 +725,10 @@ rocev2::QpAttr engine_attr(const ibv_qp_attr& a, int mask, ibv_qp_state next) {
   e.rq_psn = rocev2::Psn(a.rq_psn);
   e.dest_qpn = rocev2::Qpn(a.dest_qp_num);
   e.qkey = rocev2::Qkey(a.qkey);
-  if (mask & IBV_QP_AV) e.dest_ip = caps::ipv4_from_gid(a.ah_attr.grh.dgid).value_or(stack::Ipv4Address{});
+  if (mask & IBV_QP_AV) {
+    e.dest_ip = caps::ipv4_from_gid(a.ah_attr.grh.dgid).value_or(stack::Ipv4Address{});
+    e.traffic_class = a.ah_attr.grh.traffic_class;
+  }
   e.access_flags = a.qp_access_flags;
   return e;
 }
@@ -925,8 +928,8 @@ Message Nic::create_ah(std::uint64_t client, const Message& m) {
   if (ahs_.size() >= caps::kMaxAh) return reply(m, ENOMEM);
   const Created created = registry_.create_ah(client, static_cast<Handle>(pd));
   if (!created.ok()) return reply(m, static_cast<std::uint64_t>(created.error));
-  ahs_.emplace(created.handle,
-               std::make_unique<Ah>(Ah{client, *dest, static_cast<std::uint32_t>(w[field::kAhFlowLabel])}));
+  ahs_.emplace(created.handle, std::make_unique<Ah>(Ah{client, *dest, static_cast<std::uint32_t>(w[field::kAhFlowLabel]),
+                                                       static_cast<std::uint8_t>(w[field::kAhTrafficClass])}));
   Message answer = reply(m, 0);
   answer.words[field::kHandle] = created.handle;
   return answer;

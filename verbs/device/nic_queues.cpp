@@ -141,6 +141,7 @@ void Nic::take_send_ring(Qp& qp) {
         return;
       }
       wr.ud_dest_ip = ah->second->dest;
+      wr.ud_traffic_class = ah->second->traffic_class;
     }
     ++counters_.send_wqes;
     if (!post_one(qp, std::move(wr))) return;

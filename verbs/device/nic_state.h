@@ -136,6 +136,7 @@ struct Nic::Ah {
   std::uint64_t client = 0;
   stack::Ipv4Address dest{};
   std::uint32_t flow_label = 0;
+  std::uint8_t traffic_class = 0;  // the IPv4 TOS of what a UD QP sends through this AH
 };
 
 }  // namespace rrdma::verbs

@@ -8,8 +8,9 @@
 
 namespace rrdma::verbs {
 
-// The engine's forms. Preconditions: the WQE passed its check. A UD WQE's destination IP
-// stays empty: the daemon resolves ah_handle in its own AH table and fills ud_dest_ip.
+// The engine's forms. Preconditions: the WQE passed its check. A UD WQE's destination stays
+// empty: the daemon resolves ah_handle in its own AH table and fills ud_dest_ip and
+// ud_traffic_class.
 rocev2::SendWr to_send_wr(const SendWqe& wqe);
 rocev2::RecvWr to_recv_wr(const RecvWqe& wqe);
 Cqe to_cqe(const rocev2::Completion& completion);
