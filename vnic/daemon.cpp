@@ -7,8 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
-#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -177,30 +175,6 @@ std::uint64_t physical_memory() {
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_size = ::sysconf(_SC_PAGESIZE);
   return pages > 0 && page_size > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) : 0;
-}
-
-// EXPERIMENT (issue 20 item 6): loop settings from the environment, to measure them.
-std::optional<unsigned> experiment_number(const char* name) {
-  const char* text = std::getenv(name);
-  if (text == nullptr) return std::nullopt;
-  unsigned value = 0;
-  const std::string_view view(text);
-  const auto [end, error] = std::from_chars(view.data(), view.data() + view.size(), value);
-  if (error != std::errc() || end != view.data() + view.size() || value > 1'000'000) return std::nullopt;
-  return value;
-}
-
-void experiment_settings(EventLoopConfig& config) {
-  if (auto value = experiment_number("RRDMA_EXPERIMENT_DEFER_TASKRUN")) config.defer_taskrun = *value != 0;
-  if (auto value = experiment_number("RRDMA_EXPERIMENT_BUSY_POLL_US")) {
-    config.busy_poll = std::chrono::microseconds(*value);
-  }
-  if (auto value = experiment_number("RRDMA_EXPERIMENT_BUSY_POLL_ALWAYS")) {
-    config.busy_poll_only_when_idle = *value == 0;
-  }
-  log_line("experiment: defer_taskrun " + std::to_string(config.defer_taskrun) + " busy_poll_us " +
-           std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(config.busy_poll).count()) +
-           " only_when_idle " + std::to_string(config.busy_poll_only_when_idle));
 }
 
 }  // namespace
@@ -374,7 +348,7 @@ void Daemon::Impl::start_loop() {
   EventLoopConfig loop_config;
   loop_config.frame_buffer_size = frame_buffer_size(config_.mtu);
   loop_config.rx_buffers = kReceiveBuffers;
-  experiment_settings(loop_config);
+  loop_config.busy_poll = std::chrono::microseconds(config_.busy_poll_us);
   loop_.emplace(loop_config);
   capture_.emplace(*loop_, [this] { return frame_totals(interface_->counters()); });
   sink_.show_frames_to(*capture_);

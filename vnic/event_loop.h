@@ -40,7 +40,9 @@ struct EventLoopConfig {
   unsigned tx_slots = 256;           // the bounded transmit queue
   bool multishot_read = true;        // false forces the single-read fallback (tests)
   // IORING_SETUP_DEFER_TASKRUN: completions are posted only when the loop enters the kernel
-  // to collect them, never by interrupting it (docs/PERFORMANCE.md, "Latency experiments").
+  // to collect them, never by interrupting it. False is the set-up the loop falls back to on
+  // a kernel that refuses it (tests cover that path with it); turned off on purpose it was
+  // no faster (docs/PERFORMANCE.md, "Latency experiments").
   bool defer_taskrun = true;
   // Busy polling: after the last completion of a frame or a watched fd, keep looking for the
   // next one for this long before sleeping in the kernel; zero sleeps at once.

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <system_error>
 #include <utility>
@@ -23,9 +22,6 @@ TapDevice TapDevice::create(const std::string& name) {
   if (fd < 0) throw std::system_error(errno, std::generic_category(), "open /dev/net/tun");
   ifreq request{};
   request.ifr_flags = static_cast<short>(IFF_TAP | IFF_NO_PI | IFF_TUN_EXCL);
-  if (const char* napi = std::getenv("RRDMA_EXPERIMENT_TAP_NAPI"); napi != nullptr && napi[0] == '1') {
-    request.ifr_flags = static_cast<short>(request.ifr_flags | IFF_NAPI);  // EXPERIMENT
-  }
   std::memcpy(request.ifr_name, name.c_str(), name.size());
   if (::ioctl(fd, TUNSETIFF, &request) != 0) {
     const int error = errno;
