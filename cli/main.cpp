@@ -140,6 +140,11 @@ int main(int argc, char** argv) {
   up->add_option("--uplink", up_args.uplink, "Interface to add to BR as well, e.g. a physical NIC")->needs(bridge);
   up->add_option("--gateway", up_args.gateway, "Default gateway for addresses outside the subnet");
   up->add_option("--group", up_args.group, "Members of GROUP may use the NIC and read status and stats (control socket 0660 root:GROUP; default root only); down, capture and trace stay root's");
+  up->add_option("--busy-poll-us", up_args.busy_poll_us,
+                 "After its last piece of work the daemon keeps looking for the next one this long (0..1000 us) "
+                 "before sleeping, but only while some CPU is idle: lower latency on a machine with spare CPUs, "
+                 "nothing gained on a busy one")
+      ->capture_default_str();
   up->add_flag("--foreground", foreground, "Stay in the foreground, log to stderr; SIGINT/SIGTERM stop it");
   add_quota_options(*up, up_args.quotas);
 

@@ -196,6 +196,11 @@ Validated validate(const UpArguments& args) {
   config.bridge = args.bridge;
   config.create_bridge = args.create_bridge;
   config.uplink = args.uplink;
+  if (args.busy_poll_us > kMaxBusyPollMicroseconds) {
+    return refuse("bad --busy-poll-us " + std::to_string(args.busy_poll_us) + ": expected 0.." +
+                  std::to_string(kMaxBusyPollMicroseconds));
+  }
+  config.busy_poll_us = args.busy_poll_us;
   return {std::move(config), {}};
 }
 

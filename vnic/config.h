@@ -16,6 +16,8 @@ namespace rrdma::vnic {
 inline constexpr std::uint16_t kMinMtu = 576;   // RFC 791: every host must accept 576 bytes
 inline constexpr std::uint16_t kMaxMtu = 9000;  // the usual jumbo frame
 inline constexpr std::uint16_t kDefaultMtu = 1500;
+// `up --busy-poll-us`: beyond a millisecond a spinning loop only burns the CPU it found idle.
+inline constexpr std::uint32_t kMaxBusyPollMicroseconds = 1000;
 
 // The per-process quotas `up` was given (--max-*-per-process); each one left out is derived
 // by the daemon from its descriptor limit (verbs::default_quotas), which only the daemon
@@ -59,6 +61,9 @@ struct VnicConfig {
   // daemon resolves the name when it starts); without it root's group only.
   std::optional<std::string> group;
   QuotaOverrides quotas;
+  // How long the daemon's loop keeps looking for work after the last before sleeping, while
+  // some CPU is idle (docs/PERFORMANCE.md, "Latency experiments"); zero: it sleeps at once.
+  std::uint32_t busy_poll_us = 0;
 };
 
 // The arguments as text, before any check.
@@ -73,6 +78,7 @@ struct UpArguments {
   std::optional<std::string> gateway;
   std::optional<std::string> group;
   QuotaOverrides quotas;            // range-checked by validate()
+  std::uint32_t busy_poll_us = 0;
 };
 
 // Either a config or the one-line reason the arguments are refused.

@@ -1,10 +1,13 @@
 #include "vnic/event_loop.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -23,6 +26,8 @@ constexpr unsigned kMaxConsecutiveReadErrors = 64;
 constexpr auto kReadPause = std::chrono::milliseconds(100);
 constexpr auto kShutdownTxGrace = std::chrono::milliseconds(200);
 constexpr auto kShutdownCancelGrace = std::chrono::seconds(1);
+// How long one look at the CPUs' load stands for (busy_poll_only_when_idle).
+constexpr auto kIdleCheckInterval = std::chrono::milliseconds(4);
 
 // user_data: the kind of request in the top byte, its argument (slot, watch id,
 // timer generation) below.
@@ -65,7 +70,29 @@ bool kernel_supports(io_uring& ring, int opcode) {
   return supported;
 }
 
+// Tells the CPU this is a spin-wait (cheaper for a hyper-thread sibling, and for a VM's host).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 }  // namespace
+
+std::optional<unsigned> runnable_tasks_in_loadavg(std::string_view text) {
+  // Fields: three load averages, then "RUNNABLE/TOTAL", then the last pid.
+  for (int field = 0; field < 3; ++field) {
+    const std::size_t end = text.find(' ');
+    if (end == std::string_view::npos || end == 0) return std::nullopt;
+    text.remove_prefix(end + 1);
+  }
+  unsigned runnable = 0;
+  const auto [rest, error] = std::from_chars(text.data(), text.data() + text.size(), runnable);
+  if (error != std::errc() || rest == text.data() || rest == text.data() + text.size() || *rest != '/') {
+    return std::nullopt;
+  }
+  return runnable;
+}
 
 EventLoop::EventLoop(const EventLoopConfig& config) : config_(config) {
   if (config_.rx_buffers == 0 || (config_.rx_buffers & (config_.rx_buffers - 1)) != 0) {
@@ -74,7 +101,11 @@ EventLoop::EventLoop(const EventLoopConfig& config) : config_(config) {
   io_uring_params params{};
   // One thread submits and reaps; deferring task work to io_uring_enter() keeps the
   // kernel from interrupting the loop to post completions it will not look at yet.
-  params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+  // TASKRUN_FLAG: the kernel raises IORING_SQ_TASKRUN when it has completions to post, so
+  // that busy polling can look at memory instead of entering the kernel each time.
+  params.flags = config_.defer_taskrun
+                     ? IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG
+                     : 0;
   params.cq_entries = config_.ring_entries * 2;
   params.flags |= IORING_SETUP_CQSIZE;
   int rc = io_uring_queue_init_params(config_.ring_entries, &ring_, &params);
@@ -107,9 +138,15 @@ EventLoop::EventLoop(const EventLoopConfig& config) : config_(config) {
 
   multishot_read_ = config_.multishot_read && kernel_supports(ring_, kOpReadMultishot);
   counters_.multishot_read = multishot_read_ ? 1 : 0;
+
+  if (config_.busy_poll > Duration::zero() && config_.busy_poll_only_when_idle) {
+    online_cpus_ = static_cast<unsigned>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+    loadavg_fd_ = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  }
 }
 
 EventLoop::~EventLoop() {
+  if (loadavg_fd_ >= 0) ::close(loadavg_fd_);
   io_uring_queue_exit(&ring_);
   if (tx_memory_ != nullptr) ::munmap(tx_memory_, tx_memory_bytes_);
   if (rx_memory_ != nullptr) ::munmap(rx_memory_, rx_memory_bytes_);
@@ -333,15 +370,60 @@ void EventLoop::run() {
     }
     arm_timer(deadline);
     if (stopping_) break;  // a timer source may have stopped the loop
-    const int rc = io_uring_submit_and_wait(&ring_, 1);
-    ++counters_.submits;
-    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
-      throw std::system_error(-rc, std::generic_category(), "io_uring_submit_and_wait");
-    }
+    wait_for_completions();
     reap_completions(Clock::now());
     ++counters_.loop_iterations;
   }
   shut_down();
+}
+
+void EventLoop::wait_for_completions() {
+  if (last_activity_ && config_.busy_poll > Duration::zero()) {
+    const Instant now = Clock::now();
+    const Instant until = *last_activity_ + config_.busy_poll;
+    if (now < until && busy_poll_allowed(now)) {
+      io_uring_submit(&ring_);
+      ++counters_.submits;
+      ++counters_.busy_polls;
+      if (busy_poll_until_ready(until)) {
+        ++counters_.busy_poll_hits;
+        return;
+      }
+    }
+  }
+  const int rc = io_uring_submit_and_wait(&ring_, 1);
+  ++counters_.submits;
+  if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+    throw std::system_error(-rc, std::generic_category(), "io_uring_submit_and_wait");
+  }
+}
+
+// Spins until a completion is ready or `until`; true if one is. With DEFER_TASKRUN the
+// kernel posts completions only inside io_uring_enter(), and says it has some to post with
+// IORING_SQ_TASKRUN; without it they appear in the CQ ring by themselves.
+bool EventLoop::busy_poll_until_ready(Instant until) {
+  do {
+    if (io_uring_cq_ready(&ring_) > 0) return true;
+    if ((IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0) {
+      io_uring_get_events(&ring_);
+      if (io_uring_cq_ready(&ring_) > 0) return true;
+    }
+    cpu_relax();
+  } while (Clock::now() < until);
+  return false;
+}
+
+bool EventLoop::busy_poll_allowed(Instant now) {
+  if (!config_.busy_poll_only_when_idle) return true;
+  if (now < busy_poll_checked_until_) return cpu_idle_;
+  busy_poll_checked_until_ = now + kIdleCheckInterval;
+  char text[128];
+  const ssize_t got = loadavg_fd_ >= 0 ? ::pread(loadavg_fd_, text, sizeof(text), 0) : -1;
+  const auto runnable = got > 0 ? runnable_tasks_in_loadavg(std::string_view(text, static_cast<std::size_t>(got)))
+                                : std::nullopt;
+  // This loop is one of the runnable tasks: fewer than there are CPUs leaves one idle.
+  cpu_idle_ = runnable && *runnable < online_cpus_;
+  return cpu_idle_;
 }
 
 void EventLoop::reap_completions(Instant now) {
@@ -364,7 +446,9 @@ void EventLoop::reap_completions(Instant now) {
 }
 
 void EventLoop::dispatch(const io_uring_cqe& cqe, Instant now) {
-  switch (kind_of(cqe.user_data)) {
+  const Kind kind = kind_of(cqe.user_data);
+  if (kind == Kind::kFrameRead || kind == Kind::kWatch) last_activity_ = now;
+  switch (kind) {
     case Kind::kFrameRead: on_frame_read(cqe, now); break;
     case Kind::kWrite: on_write_done(cqe); break;
     case Kind::kWatch: on_watch_ready(cqe, now); break;

@@ -21,8 +21,9 @@
 #include <functional>
 #include <deque>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
+#include <string_view>
 #include <vector>
 
 #include "stack/bytes.h"
@@ -44,6 +45,18 @@ struct EventLoopConfig {
   // batch of frames that asked for them.
   std::size_t tx_backlog_frames = 4096;
   bool multishot_read = true;        // false forces the single-read fallback (tests)
+  // IORING_SETUP_DEFER_TASKRUN: completions are posted only when the loop enters the kernel
+  // to collect them, never by interrupting it. False is the set-up the loop falls back to on
+  // a kernel that refuses it (tests cover that path with it); turned off on purpose it was
+  // no faster (docs/PERFORMANCE.md, "Latency experiments").
+  bool defer_taskrun = true;
+  // Busy polling: after the last completion of a frame or a watched fd, keep looking for the
+  // next one for this long before sleeping in the kernel; zero sleeps at once.
+  Duration busy_poll{};
+  // Spin only while some CPU has nothing to run (the kernel's count of runnable tasks, read
+  // at most every few ms, below the number of CPUs): a spinning loop then takes no CPU time
+  // another task wanted.
+  bool busy_poll_only_when_idle = true;
 };
 
 // The loop's own counters, reported as the "daemon" layer of `rrdma-vnic stats`.
@@ -67,7 +80,13 @@ struct LoopCounters {
   std::uint64_t timer_expirations = 0;
   std::uint64_t multishot_read = 0;       // 1 when the kernel supports it
   std::uint64_t fixed_file = 0;           // 1 when the frame device is a registered file
+  std::uint64_t busy_polls = 0;           // waits that spun before sleeping
+  std::uint64_t busy_poll_hits = 0;       // ... and found a completion without sleeping
 };
+
+// The number of runnable tasks in the text of /proc/loadavg ("0.52 0.58 0.59 3/1213 12345":
+// the 3), or nothing if the text is not of that form.
+std::optional<unsigned> runnable_tasks_in_loadavg(std::string_view text);
 
 class EventLoop {
  public:
@@ -152,6 +171,9 @@ class EventLoop {
   void on_signal_done(const io_uring_cqe& cqe);
   void recycle_buffer(unsigned buffer_id);
   void reap_completions(Instant now);
+  void wait_for_completions();
+  bool busy_poll_allowed(Instant now);
+  bool busy_poll_until_ready(Instant until);
   void shut_down();
 
   EventLoopConfig config_;
@@ -190,6 +212,14 @@ class EventLoop {
   std::map<int, std::uint64_t> signal_of_fd_;
   std::set<int> signal_again_;  // fds asked to be signalled while their write was in flight
   std::uint64_t next_signal_id_ = 1;
+
+  // Busy polling: when a frame or a watched fd last completed, and whether a CPU was idle
+  // when last looked at (until busy_poll_checked_until_).
+  std::optional<Instant> last_activity_;
+  bool cpu_idle_ = false;
+  Instant busy_poll_checked_until_{};
+  unsigned online_cpus_ = 1;
+  int loadavg_fd_ = -1;
 
   std::vector<TimerSource> timer_sources_;
   std::optional<Instant> armed_deadline_;

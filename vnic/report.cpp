@@ -196,7 +196,9 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const LoopCounters& c) 
           {"submits", c.submits},
           {"timer_expirations", c.timer_expirations},
           {"multishot_read", c.multishot_read},
-          {"fixed_file", c.fixed_file}};
+          {"fixed_file", c.fixed_file},
+          {"busy_polls", c.busy_polls},
+          {"busy_poll_hits", c.busy_poll_hits}};
 }
 
 nlohmann::json stats_json(const std::vector<stack::Counter>& stack_counters,

@@ -129,6 +129,19 @@ TEST_CASE("MTU outside 576..9000 is refused", "[vnic][config]") {
   }
 }
 
+TEST_CASE("a busy-poll window beyond a millisecond is refused", "[vnic][config]") {
+  auto args = good_arguments();
+  CHECK(validate(args).config->busy_poll_us == 0);  // off unless asked for
+  args.busy_poll_us = 1001;
+  CHECK_THAT(refusal(args), Catch::Contains("--busy-poll-us"));
+  for (std::uint32_t microseconds : {1u, 50u, 1000u}) {
+    args.busy_poll_us = microseconds;
+    const auto accepted = validate(args);
+    REQUIRE(accepted.config);
+    CHECK(accepted.config->busy_poll_us == microseconds);
+  }
+}
+
 TEST_CASE("bad MACs are refused", "[vnic][config]") {
   for (const char* mac : {"01:00:5e:00:00:01", "ff:ff:ff:ff:ff:ff", "00:00:00:00:00:00",
                           "02:00:00:aa:bb", "02:00:00:aa:bb:cc:dd", "zz:00:00:aa:bb:cc"}) {

@@ -239,3 +239,66 @@ TEST_CASE("a signal asked for while the previous write is in flight is not lost"
   CHECK(total == 2);
   ::close(fd);
 }
+
+// Each frame is sent (by a timer source, which runs just before the loop waits) once the
+// previous one has arrived, so every wait but the first follows a frame and has the next one
+// coming. The window is long enough (10 s) that every spin ends by finding the completion,
+// never by running out, whatever the machine's load.
+TEST_CASE("a busy-polling loop finds the next completion without sleeping", "[vnic][loop]") {
+  FramePair pair;
+  EventLoopConfig config;
+  config.busy_poll = std::chrono::seconds(10);
+  config.busy_poll_only_when_idle = false;
+  SECTION("completions deferred to the loop's own kernel entries") { config.defer_taskrun = true; }
+  SECTION("completions posted by the kernel at any time") { config.defer_taskrun = false; }
+  EventLoop loop(config);
+  constexpr std::uint8_t kFrames = 20;
+  std::uint8_t sent = 0;
+  std::uint8_t received = 0;
+  loop.attach_frame_device(pair.loop_end, [&](ByteSpan frame, Instant) {
+    CHECK(Frame(frame.begin(), frame.end()) == numbered_frame(received, 60));
+    if (++received == kFrames) loop.stop();
+  });
+  loop.add_timer_source([&](Instant now) -> std::optional<Instant> {
+    if (sent == received && sent < kFrames) pair.send(numbered_frame(sent++, 60));
+    return now + std::chrono::hours(1);
+  });
+  loop.run();
+  CHECK(received == kFrames);
+  CHECK(loop.counters().busy_polls >= kFrames - 1);
+  CHECK(loop.counters().busy_poll_hits == loop.counters().busy_polls);
+}
+
+// Whether a CPU is idle depends on the machine's load at the time: only that the loop works
+// either way is checked.
+TEST_CASE("a loop that busy-polls only while a CPU is idle still delivers every frame", "[vnic][loop]") {
+  FramePair pair;
+  EventLoopConfig config;
+  config.busy_poll = std::chrono::microseconds(50);
+  config.busy_poll_only_when_idle = true;
+  EventLoop loop(config);
+  std::uint8_t received = 0;
+  loop.attach_frame_device(pair.loop_end, [&](ByteSpan, Instant) {
+    if (++received == 5) {
+      loop.stop();
+    } else {
+      pair.send(numbered_frame(received, 60));
+    }
+  });
+  pair.send(numbered_frame(0, 60));
+  loop.run();
+  CHECK(received == 5);
+  CHECK(loop.counters().busy_poll_hits <= loop.counters().busy_polls);
+}
+
+TEST_CASE("the runnable task count is read from /proc/loadavg's fourth field", "[vnic][loop]") {
+  CHECK(runnable_tasks_in_loadavg("0.52 0.58 0.59 3/1213 12345\n") == 3u);
+  CHECK(runnable_tasks_in_loadavg("10.00 9.50 8.25 17/40000 1") == 17u);
+  CHECK_FALSE(runnable_tasks_in_loadavg(""));
+  CHECK_FALSE(runnable_tasks_in_loadavg("0.52 0.58 0.59"));
+  CHECK_FALSE(runnable_tasks_in_loadavg("0.52 0.58 0.59 /1213 1"));
+  CHECK_FALSE(runnable_tasks_in_loadavg("0.52 0.58 0.59 3"));        // no "/TOTAL"
+  CHECK_FALSE(runnable_tasks_in_loadavg("0.52 0.58 0.59 x3/1213 1"));
+  CHECK_FALSE(runnable_tasks_in_loadavg("0.52  0.58 0.59 3/1213 1"));  // an empty field
+  CHECK_FALSE(runnable_tasks_in_loadavg("0.5 0.5 0.5 99999999999/1 1"));  // overflows
+}
