@@ -30,8 +30,9 @@ source "$HERE/lib.sh"
 # The perftest messages are 8 KiB, eight full packets each: the capture of the whole test
 # stays in the tens of MB. perftest sets max_rd_atomic from the peer's max_qp_rd_atom (128 on
 # rxe and on our device): atomic and latency cases run with it unmodified; ib_read_bw asks for
-# 16 outstanding READs, because 128 READs answered in whole bursts (our responder does not
-# pace yet) once overran the TCG guest in CI and rxe ran out of retries (docs/INTEROP.md).
+# 16 outstanding READs, because 128 READs answered back to back (our responder paces itself
+# by its own transmit room, not by the far side's) once overran the TCG guest in CI and rxe
+# ran out of retries (docs/INTEROP.md).
 PLAIN_CASES=(
   "rc_s1|ibv_rc_pingpong -n 50 -s 1"
   "rc_s1000|ibv_rc_pingpong -n 50 -s 1000"
