@@ -450,6 +450,7 @@ void Engine::Impl::run_expired_timers(Instant now) {
 // the same QP (a READ that waited behind it): that one steps in the next call, as before.
 void Engine::Impl::step_read_streams() {
   stepping_.clear();
+  streams_due_.reset();  // each stream left unfinished sets it again (step_read_stream)
   for (Qp& qp : streaming_) stepping_.push_back(&qp);
   for (Qp* qp : stepping_) {
     if (!qp->resp.read_stream) continue;
@@ -463,8 +464,12 @@ std::optional<Instant> Engine::Impl::next_deadline() const {
   if (!timers_.empty()) earliest = **timers_.begin();
   // A READ being answered, or a requester waiting for room, has work at once; with no room
   // at all, neither has: the host calls advance() when room returns (EngineHost::transmit_room).
-  const bool more_to_send = has_transmit_room() && (!streaming_.empty() || !room_waiting_.empty());
-  if (more_to_send && (!earliest || last_now_ < *earliest)) earliest = last_now_;
+  std::optional<Instant> more;
+  if (has_transmit_room()) {
+    if (!streaming_.empty()) more = streams_due_.value_or(last_now_);  // paced: when its pacer allows
+    if (!room_waiting_.empty()) more = last_now_;
+  }
+  if (more && (!earliest || *more < *earliest)) earliest = *more;
   return earliest;
 }
 

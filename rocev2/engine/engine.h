@@ -75,6 +75,7 @@ struct EngineCounters {
   std::uint64_t requests_dropped_behind_read = 0; // the queue behind a READ being answered was full
   std::uint64_t transmit_budget_cuts = 0;  // a timeout halved what the QPs may have unacknowledged
   std::uint64_t transmit_room_waits = 0;  // a requester stopped: the host's transmit queue was full
+  std::uint64_t read_pace_cuts = 0;  // a re-requested READ slowed its QP's responses
 };
 
 class Engine {

@@ -332,6 +332,7 @@ class Engine::Impl {
       room_waiting_;               // requesters stopped for want of transmit room, oldest first
   std::vector<std::pair<Qp*, TimerKind>> due_;  // advance(): the expired deadlines (capacity kept)
   std::vector<Qp*> stepping_;      // advance(): the streaming QPs of this call (capacity kept)
+  std::optional<Instant> streams_due_;  // when the earliest unfinished READ may send again
   std::unordered_map<std::uint32_t, std::unique_ptr<Qp>> qps_;
   std::uint32_t next_qpn_ = 17;  // rxe's first QP number as well (0x11 in every capture)
   EngineCounters counters_;

@@ -13,6 +13,7 @@
 
 #include "rocev2/engine/engine.h"
 #include "rocev2/engine/memory.h"
+#include "rocev2/engine/pacer.h"
 #include "rocev2/engine/timers.h"
 
 namespace rrdma::rocev2 {
@@ -100,6 +101,7 @@ struct WaitingRequest {
 };
 
 struct Responder {
+  ResponsePacer pacer;             // READ responses' pace, once the requester asked again
   Psn expected_psn{};
   Msn msn{};
   bool nak_sent_for_gap = false;   // one NAK per PSN gap (rxe: sent_psn_nak)

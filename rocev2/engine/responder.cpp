@@ -485,6 +485,9 @@ Verdict Engine::Impl::start_read_stream(Qp& qp, const Reth& reth, Psn psn, bool 
   r.duplicate = duplicate;
   r.read_first = psn;
   r.read_end = psn + r.packets;
+  // A READ asked for again: responses were lost (or its request was, after a NAK). A slow
+  // receiver shows itself no other way.
+  if (duplicate && s.pacer.on_rerequest(last_now_)) ++counters_.read_pace_cuts;
   if (s.read_stream) {
     ++counters_.read_streams_restarted;
     r.read_first = s.read_stream->read_first;
@@ -504,7 +507,9 @@ Verdict Engine::Impl::step_read_stream(Qp& qp) {
   const std::uint32_t mtu = r.mtu;
   // At most a step, and no more than the host can send now: the rest waits for the next
   // advance() (docs/TRANSPORT.md, "Pacing").
-  const std::uint32_t end = r.next + std::min({r.packets - r.next, kReadResponsesPerStep, transmit_room_packets()});
+  const std::uint32_t end =
+      r.next + std::min({r.packets - r.next, kReadResponsesPerStep, transmit_room_packets(), qp.resp.pacer.allowance(last_now_)});
+  qp.resp.pacer.sent(end - r.next);
   std::optional<MrFacts> mr;
   if (r.length > 0) {
     const std::uint64_t from = std::uint64_t{r.next} * mtu;
@@ -533,7 +538,10 @@ Verdict Engine::Impl::step_read_stream(Qp& qp) {
     emit(qp, path_of(qp), out, r.duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent,
          opcode_info(out.bth.opcode).name);
   }
-  if (r.next < r.packets) return Verdict::ok();
+  if (r.next < r.packets) {
+    streams_due_ = std::min(streams_due_.value_or(Instant::max()), qp.resp.pacer.next_allowed(last_now_));
+    return Verdict::ok();
+  }
   const Psn last = r.first + (r.packets - 1);
   end_read_stream(qp);
   answered(qp, last);

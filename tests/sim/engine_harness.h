@@ -293,6 +293,18 @@ struct Pair {
     }
     FAIL("an engine had work due forever");
   }
+  // As run_due(), and lets time pass while `s` has work due later (READ responses paced after
+  // a re-request): `now` moves to each of its deadlines in turn, up to `limit` from now.
+  void run_paced(Side& s, Duration limit = std::chrono::milliseconds(10)) {
+    const Instant until = now + limit;
+    for (int i = 0; i < 100000; ++i) {
+      run_due(s);
+      const std::optional<Instant> t = s.engine.next_deadline();
+      if (!t || *t > until) return;
+      now = *t;
+    }
+    FAIL("an engine had work due forever");
+  }
   // Moves time on to the earlier of the two engines' next deadlines and lets both act on it
   // (a retransmission, an ACK timer); false when neither engine waits for anything.
   bool advance_to_next_deadline() {

@@ -1,10 +1,14 @@
 // Pacing (docs/TRANSPORT.md, "Pacing"): requests of every QP type and READ responses go out
 // only while the host has transmit room (EngineHost::transmit_room); the rest waits and
 // advance() sends it as room returns. ACKs never wait. The RecordingHost models a transmit
-// queue of `queue_capacity` packets that take_sent() drains.
+// queue of `queue_capacity` packets that take_sent() drains. READ responses are paced by time
+// too once their requester asked again for lost ones (ResponsePacer).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <limits>
+
+#include "rocev2/engine/pacer.h"
 
 #include "tests/sim/engine_harness.h"
 
@@ -135,6 +139,73 @@ TEST_CASE("pacing: a QP destroyed or reset while it waits for room leaves the qu
   p.a.engine.advance(p.now);  // nothing to resume; a dangling entry would be touched here
   CHECK(p.a.host.sent.empty());
   CHECK_FALSE(p.a.engine.next_deadline().has_value());
+}
+
+TEST_CASE("response pacer: unpaced until a re-request, then a token bucket that halves and recovers") {
+  ResponsePacer pacer;
+  const Instant t{};
+  CHECK(pacer.allowance(t) == std::numeric_limits<std::uint32_t>::max());
+  CHECK(pacer.next_allowed(t) == t);
+  REQUIRE(pacer.on_rerequest(t));
+  CHECK(pacer.rate() == kPacerFirstRate);
+  CHECK(pacer.allowance(t) == kPacerBurst);  // a burst at most
+  pacer.sent(kPacerBurst);
+  CHECK(pacer.allowance(t) == 0);
+  // One response every 1/200000 s = 5 us.
+  CHECK(pacer.next_allowed(t) == t + std::chrono::microseconds(5));
+  CHECK(pacer.allowance(t + std::chrono::microseconds(25)) == 5);
+  CHECK(pacer.allowance(t + std::chrono::milliseconds(5)) == kPacerBurst);  // never more than a burst
+  CHECK_FALSE(pacer.on_rerequest(t + std::chrono::milliseconds(5)));  // one cut per interval
+  REQUIRE(pacer.on_rerequest(t + kPacerInterval));
+  CHECK(pacer.rate() == kPacerFirstRate / 2);
+  // An interval without a re-request raises the rate by an eighth.
+  pacer.allowance(t + 2 * kPacerInterval);
+  CHECK(pacer.rate() == kPacerFirstRate / 2 + kPacerFirstRate / 16);
+  // Cuts stop at the floor.
+  Instant later = t + 3 * kPacerInterval;
+  for (int i = 0; i < 20; ++i, later += kPacerInterval) pacer.on_rerequest(later);
+  CHECK(pacer.rate() == kPacerMinRate);
+  // Quiet long enough, it lets go.
+  for (int i = 0; i < 100 && pacer.active(); ++i, later += kPacerInterval) pacer.allowance(later);
+  CHECK_FALSE(pacer.active());
+}
+
+TEST_CASE("pacing: a READ asked for again after its responses were lost is answered at a paced rate") {
+  constexpr std::size_t kLength = 200 * kMtu;
+  Pair p(QpType::Rc, kMtu);
+  const MrFacts remote = p.b.memory.add(p.b.pd, kAllRemote, kLength, 0x5000000);
+  const MrFacts local = p.a.memory.add(p.a.pd, kAllRemote, kLength, 0x6000000);
+  const std::vector<std::uint8_t> data = pattern(kLength, 5);
+  std::copy(data.begin(), data.end(), p.b.memory.bytes(remote).begin());
+  SendWr wr = send_wr(1, WrOpcode::RdmaRead, local, static_cast<std::uint32_t>(kLength));
+  wr.remote_addr = remote.base;
+  wr.rkey = remote.rkey;
+  REQUIRE(p.a.engine.post_send(p.a.qpn, wr, p.now) == VerbResult::Ok);
+  p.deliver(p.a, p.b, p.a.host.take_sent());
+  p.run_due(p.b);
+  CHECK(p.b.host.take_sent().size() == 200);  // unpaced: every response at once, all lost
+  CHECK(p.b.engine.counters().read_pace_cuts == 0);
+
+  REQUIRE(p.advance_to_next_deadline());  // a's ACK timeout: the READ again
+  p.deliver(p.a, p.b, p.a.host.take_sent());
+  CHECK(p.b.engine.counters().read_pace_cuts == 1);
+  std::size_t batches = 0;
+  for (; batches < 1000 && p.a.host.completions.empty(); ++batches) {
+    std::vector<Captured> batch = p.b.host.take_sent();
+    CHECK(batch.size() <= kPacerBurst);
+    p.deliver(p.b, p.a, batch);
+    const std::optional<Instant> due = p.b.engine.next_deadline();
+    if (!due) break;
+    CHECK(*due > p.now);  // paced: later, not at once
+    p.now = *due;
+    p.b.engine.advance(p.now);
+  }
+  p.deliver(p.b, p.a, p.b.host.take_sent());
+  CHECK(batches > 200 / kPacerBurst);
+  REQUIRE(p.a.host.completions.size() == 1);
+  CHECK(p.a.host.completions[0].status == WcStatus::Success);
+  const std::span<std::uint8_t> landed = p.a.memory.bytes(local);
+  CHECK(std::equal(data.begin(), data.end(), landed.begin()));
 }
 
 }  // namespace

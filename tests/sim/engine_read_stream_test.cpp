@@ -138,8 +138,9 @@ TEST_CASE("READ stream: a duplicate of the READ being answered restarts it inste
   REQUIRE(again[0].packet.bth.psn == s.p.a_psn + 10u);
 
   s.p.deliver(s.p.a, s.p.b, again);
-  s.p.run_due(s.p.b);
+  s.p.run_paced(s.p.b);  // a READ asked for again is answered at a pace (rocev2/engine/pacer.h)
   CHECK(s.p.b.engine.counters().read_streams_restarted == 1);
+  CHECK(s.p.b.engine.counters().read_pace_cuts == 1);
   // From 10 to the end once: not the first stream's remaining 128 as well.
   const std::vector<Captured> rest = s.p.b.host.take_sent();
   REQUIRE(rest.size() == 192 - 10);
@@ -188,7 +189,7 @@ TEST_CASE("READ stream: a request for the rest of the READ being answered waits 
   CHECK(again[1].packet.bth.psn == p.a_psn + 16u);
 
   p.deliver(p.a, p.b, again);
-  p.run_due(p.b);
+  p.run_paced(p.b);
   const std::vector<Captured> answer = p.b.host.take_sent();
   // The old READ's rest comes before the new READ is answered again from its start.
   const auto old_rest = std::find_if(answer.begin(), answer.end(),
