@@ -14,6 +14,8 @@
 #                       rdma_cm device (UcmaService::handle), and the ucma frame codec
 #   fuzz_interfaces     RRDMA_INTERFACES, the program's own environment, as the shim's
 #                       getifaddrs parses it (verbs/app/ucma/interfaces.h)
+#   fuzz_loadavg        /proc/loadavg as the event loop's busy-poll check reads it
+#                       (vnic/event_loop.h, runnable_tasks_in_loadavg)
 # Each also starts from what regressions/<target>/ holds. Any crash, sanitizer report,
 # failed property, leak, timeout (10 s per input) or out-of-memory (2 GiB) fails the run; the
 # input that did it is kept under BUILD/fuzz/artifacts/<target>/ and the script prints how to
@@ -88,6 +90,7 @@ printf '%b' '\xe4\x1d\x2d\xab\x2b\xc2\x7c\xfe\x90\x64\x3b\x32\x08\x00\x45\xc2\x0
 # A real /proc/PID/status, as the daemon reads it.
 mkdir -p "$work/seeds/credentials" && cat /proc/self/status >"$work/seeds/credentials/status.txt"
 mkdir -p "$work/seeds/interfaces" && printf 'rv0=10.66.0.10/24;rv_1.b-2=192.168.7.1/32' >"$work/seeds/interfaces/two.txt"
+mkdir -p "$work/seeds/loadavg" && cat /proc/loadavg >"$work/seeds/loadavg/now.txt"
 "$build/tests/fuzz/fuzz_cm_seeds" "$work/seeds"
 # The rdma_cm scripts start from the two kept in regressions/ucma (an rping and a udaddy exchange).
 mkdir -p "$work/seeds/ucma"
