@@ -33,6 +33,26 @@ std::vector<std::size_t> drain_paced(Pair& p, Side& s, Side& to, std::size_t cap
   return batches;
 }
 
+// A READ by a of `length` bytes of b's memory (filled with a pattern), posted at p.now.
+struct PostedRead {
+  MrFacts local;
+  std::vector<std::uint8_t> data;
+  bool landed(Pair& p) const {
+    const std::span<std::uint8_t> bytes = p.a.memory.bytes(local);
+    return std::equal(data.begin(), data.end(), bytes.begin(), bytes.end());
+  }
+};
+PostedRead post_read(Pair& p, std::size_t length, std::uint8_t seed) {
+  const MrFacts remote = p.b.memory.add(p.b.pd, kAllRemote, length, 0x5000000);
+  PostedRead read{p.a.memory.add(p.a.pd, kAllRemote, length, 0x6000000), pattern(length, seed)};
+  std::copy(read.data.begin(), read.data.end(), p.b.memory.bytes(remote).begin());
+  SendWr wr = send_wr(1, WrOpcode::RdmaRead, read.local, static_cast<std::uint32_t>(length));
+  wr.remote_addr = remote.base;
+  wr.rkey = remote.rkey;
+  REQUIRE(p.a.engine.post_send(p.a.qpn, wr, p.now) == VerbResult::Ok);
+  return read;
+}
+
 TEST_CASE("pacing: a UC message goes out as room allows and completes after its last packet") {
   constexpr std::size_t kLength = 300 * kMtu;  // 300 packets
   constexpr std::size_t kRoom = 64;
@@ -68,14 +88,7 @@ TEST_CASE("pacing: READ responses go out as room allows, and the READ completes 
   constexpr std::size_t kRoom = 40;
   Pair p(QpType::Rc, kMtu);
   p.b.host.queue_capacity = kRoom;
-  const MrFacts remote = p.b.memory.add(p.b.pd, kAllRemote, kLength, 0x5000000);
-  const MrFacts local = p.a.memory.add(p.a.pd, kAllRemote, kLength, 0x6000000);
-  const std::vector<std::uint8_t> data = pattern(kLength, 11);
-  std::copy(data.begin(), data.end(), p.b.memory.bytes(remote).begin());
-  SendWr wr = send_wr(1, WrOpcode::RdmaRead, local, static_cast<std::uint32_t>(kLength));
-  wr.remote_addr = remote.base;
-  wr.rkey = remote.rkey;
-  REQUIRE(p.a.engine.post_send(p.a.qpn, wr, p.now) == VerbResult::Ok);
+  const PostedRead read = post_read(p, kLength, 11);
   p.deliver(p.a, p.b, p.a.host.take_sent());
   REQUIRE(p.b.host.sent.size() == kRoom);
 
@@ -84,8 +97,7 @@ TEST_CASE("pacing: READ responses go out as room allows, and the READ completes 
   p.exchange();
   REQUIRE(p.a.host.completions.size() == 1);
   CHECK(p.a.host.completions[0].status == WcStatus::Success);
-  const std::span<std::uint8_t> landed = p.a.memory.bytes(local);
-  CHECK(std::equal(data.begin(), data.end(), landed.begin()));
+  CHECK(read.landed(p));
 }
 
 TEST_CASE("pacing: RC requests wait for room, ACKs do not") {
@@ -173,14 +185,7 @@ TEST_CASE("response pacer: unpaced until a re-request, then a token bucket that 
 TEST_CASE("pacing: a READ asked for again after its responses were lost is answered at a paced rate") {
   constexpr std::size_t kLength = 200 * kMtu;
   Pair p(QpType::Rc, kMtu);
-  const MrFacts remote = p.b.memory.add(p.b.pd, kAllRemote, kLength, 0x5000000);
-  const MrFacts local = p.a.memory.add(p.a.pd, kAllRemote, kLength, 0x6000000);
-  const std::vector<std::uint8_t> data = pattern(kLength, 5);
-  std::copy(data.begin(), data.end(), p.b.memory.bytes(remote).begin());
-  SendWr wr = send_wr(1, WrOpcode::RdmaRead, local, static_cast<std::uint32_t>(kLength));
-  wr.remote_addr = remote.base;
-  wr.rkey = remote.rkey;
-  REQUIRE(p.a.engine.post_send(p.a.qpn, wr, p.now) == VerbResult::Ok);
+  const PostedRead read = post_read(p, kLength, 5);
   p.deliver(p.a, p.b, p.a.host.take_sent());
   p.run_due(p.b);
   CHECK(p.b.host.take_sent().size() == 200);  // unpaced: every response at once, all lost
@@ -204,8 +209,7 @@ TEST_CASE("pacing: a READ asked for again after its responses were lost is answe
   CHECK(batches > 200 / kPacerBurst);
   REQUIRE(p.a.host.completions.size() == 1);
   CHECK(p.a.host.completions[0].status == WcStatus::Success);
-  const std::span<std::uint8_t> landed = p.a.memory.bytes(local);
-  CHECK(std::equal(data.begin(), data.end(), landed.begin()));
+  CHECK(read.landed(p));
 }
 
 }  // namespace
