@@ -107,7 +107,8 @@ Reach Interface::reach(Ipv4Address destination, Instant now) {
 bool Interface::loopback_pending() const { return !impl_->loopback.empty(); }
 
 std::size_t Interface::transmit_room() const {
-  const std::size_t loopback_room = kLoopbackQueueLimit - std::min(kLoopbackQueueLimit, impl_->loopback.size());
+  const std::size_t held = impl_->loopback.size() + kLoopbackUnpacedReserve;
+  const std::size_t loopback_room = kLoopbackQueueLimit - std::min(kLoopbackQueueLimit, held);
   return std::min(impl_->sink.transmit_room(), loopback_room);
 }
 

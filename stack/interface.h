@@ -144,6 +144,9 @@ using LoopbackObserver = std::function<void(ByteSpan frame)>;
 // At most this many packets to our own address wait for run_loopback(); more are dropped
 // (ipv4.tx_loopback_full), as a full transmit queue would drop them.
 inline constexpr std::size_t kLoopbackQueueLimit = 1024;
+// Of those, transmit_room() leaves this many to senders that do not pace themselves (ACKs,
+// atomic responses, CM MADs between QPs of one vnic), as the daemon does with its slots.
+inline constexpr std::size_t kLoopbackUnpacedReserve = 64;
 
 class Interface {
  public:
@@ -186,8 +189,9 @@ class Interface {
   bool loopback_pending() const;
 
   // Packets send_udp() can take now without holding any back: the sink's room, and no more
-  // than the loopback queue still holds (a sender that paces itself by this loses nothing
-  // to either). Packets waiting for ARP are not counted: they are few and bounded.
+  // than the loopback queue still holds short of kLoopbackUnpacedReserve (a sender that paces
+  // itself by this loses nothing to either). Packets waiting for ARP are not counted: they
+  // are few and bounded.
   std::size_t transmit_room() const;
 
   // nullptr for none. The observer must outlive the interface or be reset first.

@@ -338,6 +338,9 @@ void Daemon::Impl::start_loop() {
   loop_config.frame_buffer_size = frame_buffer_size(config_.mtu);
   loop_config.rx_buffers = kReceiveBuffers;
   loop_config.tx_slots = kTransmitSlots;
+  // The completion queue (twice this) holds a turn's writes and reads without overflowing
+  // into the kernel's backlog list.
+  loop_config.ring_entries = kTransmitSlots + kReceiveBuffers / 2;
   loop_config.busy_poll = std::chrono::microseconds(config_.busy_poll_us);
   loop_.emplace(loop_config);
   capture_.emplace(*loop_, [this] { return frame_totals(interface_->counters()); });

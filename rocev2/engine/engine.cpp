@@ -205,6 +205,7 @@ void Engine::Impl::set_state(Qp& qp, QpState to, std::string_view cause) {
 
 void Engine::Impl::reset(Qp& qp) {
   end_read_stream(qp);
+  if (qp.room_wait.is_linked()) qp.room_wait.unlink();
   qp.req = Requester{};
   qp.resp = Responder{};
   qp.req.retries_left = qp.attr.retry_cnt;
@@ -448,14 +449,23 @@ void Engine::Impl::run_expired_timers(Instant now) {
 
 // One step of each READ being answered. A step that ends a stream may start the next one on
 // the same QP (a READ that waited behind it): that one steps in the next call, as before.
+// Round robin: a stream that had room to step goes to the back, so that when the room runs
+// out the streams not served this time are first the next time (without it the first few
+// long READs took every turn's room and later ones waited past their requesters' timeouts).
 void Engine::Impl::step_read_streams() {
   stepping_.clear();
   streams_due_.reset();  // each stream left unfinished sets it again (step_read_stream)
   for (Qp& qp : streaming_) stepping_.push_back(&qp);
   for (Qp* qp : stepping_) {
     if (!qp->resp.read_stream) continue;
+    if (!has_transmit_room()) break;  // the rest keep their places at the front
     const Verdict v = step_read_stream(*qp);
-    if (v.kind != Verdict::Kind::Ok) abort_read_stream(*qp, v);
+    if (v.kind != Verdict::Kind::Ok) {
+      abort_read_stream(*qp, v);
+    } else if (qp->streaming.is_linked()) {
+      qp->streaming.unlink();
+      streaming_.push_back(*qp);
+    }
   }
 }
 

@@ -44,8 +44,13 @@ class ResponsePacer {
   bool on_rerequest(Instant now) {
     if (now < next_cut_) return false;
     next_cut_ = now + kPacerInterval;
-    rate_ = active() ? std::max(kPacerMinRate, rate_ / 2) : kPacerFirstRate;
-    tokens_ = std::min<double>(tokens_, kPacerBurst);
+    if (active()) {
+      refill(now);  // what was earned at the old rate
+      rate_ = std::max(kPacerMinRate, rate_ / 2);
+    } else {
+      rate_ = kPacerFirstRate;
+      tokens_ = kPacerBurst;  // starting afresh: one burst may go
+    }
     refilled_at_ = now;
     quiet_since_ = now;
     return true;
@@ -69,12 +74,15 @@ class ResponsePacer {
     refilled_at_ = now;
   }
 
-  // Every kPacerInterval without a re-request raises the rate by an eighth.
+  // Every kPacerInterval without a re-request raises the rate by an eighth, however long
+  // ago the last call was (at most some 40 raises lead from the floor past kPacerMaxRate).
   void raise_if_quiet(Instant now) {
-    if (!active() || now < quiet_since_ + kPacerInterval) return;
-    rate_ += rate_ / 8;
-    quiet_since_ = now;
-    if (rate_ > kPacerMaxRate) rate_ = 0;
+    while (active() && now >= quiet_since_ + kPacerInterval) {
+      refill(quiet_since_ + kPacerInterval);
+      rate_ += rate_ / 8;
+      quiet_since_ += kPacerInterval;
+      if (rate_ > kPacerMaxRate) rate_ = 0;
+    }
   }
 
   std::uint64_t rate_ = 0;  // responses/s; 0: not paced

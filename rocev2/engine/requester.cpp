@@ -67,6 +67,12 @@ void Engine::Impl::pump(Qp& qp, Instant now) {
   if (s != QpState::Rts && s != QpState::Sqd) return;
   if (r.rnr_deadline) return;  // waiting out an RNR NAK (IBA ch. 9)
   while (r.next_send < r.sq.size()) {
+    // Before the WQE starts (its SGEs resolved, its READ counted): a WQE waiting for room
+    // has not begun, and SQD does not start it.
+    if (!has_transmit_room()) {
+      wait_for_room(qp);
+      break;
+    }
     SendWqe& w = r.sq[r.next_send];
     if (!w.started) {
       if (s == QpState::Sqd) break;  // SQD: finish what has started, start nothing new
@@ -85,10 +91,6 @@ void Engine::Impl::pump(Qp& qp, Instant now) {
       // asks for the ACK.
       if (ack_requested_in_flight(r)) break;
       r.force_ack_req = true;
-    }
-    if (!has_transmit_room()) {
-      wait_for_room(qp);
-      break;
     }
     if (!send_next_packet(qp, w, now)) return;
     if (!w.fully_sent()) continue;

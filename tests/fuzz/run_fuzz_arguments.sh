@@ -37,7 +37,7 @@ expect 2 "not '-5'" -5
 expect 2 "not '1e3'" 1e3
 expect 2 "not '10s'" 10s
 expect 2 "not '1234567890'" 1234567890
-expect 2 "no fuzz target 'nosuch' \(targets: frame admin_json .*interfaces\)" 10 nosuch
+expect 2 "no fuzz target 'nosuch' \(targets: frame admin_json .*interfaces loadavg\)" 10 nosuch
 expect 2 "no fuzz target 'nosuch'" 10 fuzz_frame nosuch
 expect 2 "no fuzz target ''" 10 ''
 RRDMA_FUZZ_SECONDS=soon expect 2 "RRDMA_FUZZ_SECONDS must be a whole number above 0, not 'soon'"

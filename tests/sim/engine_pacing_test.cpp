@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <set>
 #include <limits>
 
 #include "rocev2/engine/pacer.h"
@@ -148,6 +149,7 @@ TEST_CASE("pacing: a QP destroyed or reset while it waits for room leaves the qu
   }
   SECTION("destroyed") { REQUIRE(p.a.engine.destroy_qp(p.a.qpn) == VerbResult::Ok); }
   p.a.host.take_sent();
+  CHECK_FALSE(p.a.engine.next_deadline().has_value());  // out of the list at once, with room back
   p.a.engine.advance(p.now);  // nothing to resume; a dangling entry would be touched here
   CHECK(p.a.host.sent.empty());
   CHECK_FALSE(p.a.engine.next_deadline().has_value());
@@ -177,9 +179,54 @@ TEST_CASE("response pacer: unpaced until a re-request, then a token bucket that 
   Instant later = t + 3 * kPacerInterval;
   for (int i = 0; i < 20; ++i, later += kPacerInterval) pacer.on_rerequest(later);
   CHECK(pacer.rate() == kPacerMinRate);
-  // Quiet long enough, it lets go.
-  for (int i = 0; i < 100 && pacer.active(); ++i, later += kPacerInterval) pacer.allowance(later);
+  // Quiet long enough, it lets go: every 10 ms counts, however long since the last look.
+  REQUIRE(pacer.active());
+  pacer.allowance(later + std::chrono::seconds(1));
   CHECK_FALSE(pacer.active());
+  // A later re-request starts afresh, with a whole burst.
+  const Instant again = later + std::chrono::seconds(2);
+  REQUIRE(pacer.on_rerequest(again));
+  CHECK(pacer.rate() == kPacerFirstRate);
+  CHECK(pacer.allowance(again) == kPacerBurst);
+}
+
+TEST_CASE("pacing: READ streams short of room take turns") {
+  constexpr std::size_t kQps = 3;
+  constexpr std::size_t kLength = 256 * kMtu;  // four steps each
+  constexpr std::size_t kRoom = 64;            // one step per turn
+  Pair p(QpType::Rc, kMtu);
+  const MrFacts remote = p.b.memory.add(p.b.pd, kAllRemote, kLength, 0x5000000);
+  const MrFacts local = p.a.memory.add(p.a.pd, kAllRemote, kLength, 0x6000000);
+  std::vector<Qpn> requesters{p.a.qpn};
+  QpInit init;
+  while (requesters.size() < kQps) {
+    init.pd = p.a.pd;
+    p.a.qpn = *p.a.engine.create_qp(init);
+    init.pd = p.b.pd;
+    p.b.qpn = *p.b.engine.create_qp(init);
+    p.connect(p.a, p.b, p.a_psn, p.b_psn, QpType::Rc, kMtu, {}, 0);
+    p.connect(p.b, p.a, p.b_psn, p.a_psn, QpType::Rc, kMtu, {}, 0);
+    requesters.push_back(p.a.qpn);
+  }
+  for (const Qpn qpn : requesters) {
+    SendWr wr = send_wr(1, WrOpcode::RdmaRead, local, static_cast<std::uint32_t>(kLength));
+    wr.remote_addr = remote.base;
+    wr.rkey = remote.rkey;
+    REQUIRE(p.a.engine.post_send(qpn, wr, p.now) == VerbResult::Ok);
+  }
+  p.b.host.queue_capacity = kRoom;
+  p.deliver(p.a, p.b, p.a.host.take_sent());  // the first READ takes the room at once
+  // Each turn one stream steps; over the next kQps turns every one of them does.
+  std::set<std::uint32_t> served;
+  for (std::size_t turn = 0; turn < kQps; ++turn) {
+    p.b.host.take_sent();
+    p.b.engine.advance(p.now);
+    const std::vector<Captured>& batch = p.b.host.sent;
+    REQUIRE(batch.size() == kRoom);
+    CHECK(std::all_of(batch.begin(), batch.end(), [&](const Captured& c) { return c.src_qpn == batch.front().src_qpn; }));
+    served.insert(batch.front().src_qpn.value());
+  }
+  CHECK(served.size() == kQps);
 }
 
 TEST_CASE("pacing: a READ asked for again after its responses were lost is answered at a paced rate") {
