@@ -36,6 +36,19 @@ for case_name in rc_send rc_write; do
     fail_case "control: $case_name was not refused for its payload"
 done
 
+log "pacing: the 8 MiB UC messages waited for transmit room, and no frame was dropped for want of it"
+waits=0
+for side in A B; do
+  vnic_var=VNIC_$side
+  stats_snapshot "${!vnic_var}" "$TMPD/stats-$side.json"
+  counter "$TMPD/stats-$side.json" daemon.tx_queue_drops
+  (( COUNT == 0 )) || fail_case "vnic $side dropped $COUNT frames: its transmit queue overflowed"
+  counter "$TMPD/stats-$side.json" engine.transmit_room_waits
+  waits=$(( waits + COUNT ))
+done
+(( waits > 0 )) || fail_case "no requester ever waited for transmit room: a UC message of 8192 packets went out unpaced"
+log "requesters waited for room $waits times"
+
 log "the daemons are still there and answer"
 status_snapshot "$VNIC_A" "$TMPD/status-a.json"
 status_snapshot "$VNIC_B" "$TMPD/status-b.json"
