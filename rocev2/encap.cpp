@@ -23,8 +23,9 @@ RoceHeaders roce_headers(stack::MacAddress source_mac, stack::MacAddress destina
   h.ipv4.identification = identification;
   h.ipv4.dont_fragment = true;
   h.ipv4.ttl = kRoceTtl;
-  h.ipv4.dscp = ipv4_tos(traffic_class).dscp;
-  h.ipv4.ecn = ipv4_tos(traffic_class).ecn;
+  const Ipv4Tos tos = ipv4_tos(traffic_class);
+  h.ipv4.dscp = tos.dscp;
+  h.ipv4.ecn = tos.ecn;
   h.udp.source_port = udp_source_port;
   h.udp.destination_port = kRoceV2Port;
   return h;

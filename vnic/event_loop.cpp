@@ -233,11 +233,16 @@ bool EventLoop::transmit(ByteSpan frame) {
     ++counters_.tx_backlogged;
     return true;
   }
+  write_in_free_slot(frame);
+  return true;
+}
+
+// Precondition: a slot is free and the frame fits it.
+void EventLoop::write_in_free_slot(ByteSpan frame) {
   const std::uint32_t slot = free_tx_slots_.back();
   free_tx_slots_.pop_back();
   std::memcpy(slot_memory(slot), frame.data(), frame.size());
   queue_write(slot, frame.size());
-  return true;
 }
 
 MutableByteSpan EventLoop::prepare_transmit(std::size_t size) {
@@ -352,11 +357,7 @@ void EventLoop::arm_timer(std::optional<Instant> deadline) {
 // Frames that waited take the slots freed since, in order, before anything new is sent.
 void EventLoop::flush_backlog() {
   while (!tx_backlog_.empty() && !free_tx_slots_.empty()) {
-    const std::vector<std::uint8_t>& frame = tx_backlog_.front();
-    const std::uint32_t slot = free_tx_slots_.back();
-    free_tx_slots_.pop_back();
-    std::memcpy(slot_memory(slot), frame.data(), frame.size());
-    queue_write(slot, frame.size());
+    write_in_free_slot(tx_backlog_.front());
     tx_backlog_.pop_front();
   }
 }

@@ -157,6 +157,7 @@ class EventLoop {
   io_uring_sqe* next_sqe();
   std::uint8_t* slot_memory(std::uint32_t slot) const;
   void flush_backlog();
+  void write_in_free_slot(ByteSpan frame);
   void queue_write(std::uint32_t slot, std::size_t size);
   void arm_frame_reads();
   void target_frame_device(io_uring_sqe* sqe) const;

@@ -235,6 +235,12 @@ struct Pair {
   Psn b_psn{12871149};
 
   explicit Pair(QpType type = QpType::Rc, std::uint32_t mtu = 1024, QpAttr tweak = {}, std::uint32_t tweak_mask = 0) {
+    add_connected_qps(type, mtu, tweak, tweak_mask);
+  }
+
+  // A new QP on each side, connected to each other in RTS; a.qpn and b.qpn become theirs.
+  std::pair<Qpn, Qpn> add_connected_qps(QpType type, std::uint32_t mtu, const QpAttr& tweak = {},
+                                        std::uint32_t tweak_mask = 0) {
     QpInit init;
     init.type = type;
     init.pd = a.pd;
@@ -243,6 +249,7 @@ struct Pair {
     b.qpn = *b.engine.create_qp(init);
     connect(a, b, a_psn, b_psn, type, mtu, tweak, tweak_mask);
     connect(b, a, b_psn, a_psn, type, mtu, tweak, tweak_mask);
+    return {a.qpn, b.qpn};
   }
 
   void connect(Side& self, Side& peer, Psn sq, Psn rq, QpType type, std::uint32_t mtu, const QpAttr& tweak,

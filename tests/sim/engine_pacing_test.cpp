@@ -198,16 +198,7 @@ TEST_CASE("pacing: READ streams short of room take turns") {
   const MrFacts remote = p.b.memory.add(p.b.pd, kAllRemote, kLength, 0x5000000);
   const MrFacts local = p.a.memory.add(p.a.pd, kAllRemote, kLength, 0x6000000);
   std::vector<Qpn> requesters{p.a.qpn};
-  QpInit init;
-  while (requesters.size() < kQps) {
-    init.pd = p.a.pd;
-    p.a.qpn = *p.a.engine.create_qp(init);
-    init.pd = p.b.pd;
-    p.b.qpn = *p.b.engine.create_qp(init);
-    p.connect(p.a, p.b, p.a_psn, p.b_psn, QpType::Rc, kMtu, {}, 0);
-    p.connect(p.b, p.a, p.b_psn, p.a_psn, QpType::Rc, kMtu, {}, 0);
-    requesters.push_back(p.a.qpn);
-  }
+  while (requesters.size() < kQps) requesters.push_back(p.add_connected_qps(QpType::Rc, kMtu).first);
   for (const Qpn qpn : requesters) {
     SendWr wr = send_wr(1, WrOpcode::RdmaRead, local, static_cast<std::uint32_t>(kLength));
     wr.remote_addr = remote.base;

@@ -104,16 +104,7 @@ TEST_CASE("engine: many QPs sending share the transmit budget, a timeout halves 
   const MrFacts src = p.a.memory.add(p.a.pd, access::kLocalWrite, 200 * 1024, 0x100000);
   const MrFacts dst = p.b.memory.add(p.b.pd, access::kLocalWrite, 200 * 1024, 0x200000);
   std::vector<std::pair<Qpn, Qpn>> qps{{p.a.qpn, p.b.qpn}};
-  QpInit init;
-  while (qps.size() < kQps) {
-    init.pd = p.a.pd;
-    p.a.qpn = *p.a.engine.create_qp(init);
-    init.pd = p.b.pd;
-    p.b.qpn = *p.b.engine.create_qp(init);
-    p.connect(p.a, p.b, p.a_psn, p.b_psn, QpType::Rc, 1024, {}, 0);
-    p.connect(p.b, p.a, p.b_psn, p.a_psn, QpType::Rc, 1024, {}, 0);
-    qps.emplace_back(p.a.qpn, p.b.qpn);
-  }
+  while (qps.size() < kQps) qps.push_back(p.add_connected_qps(QpType::Rc, 1024));
   for (const auto& [a, b] : qps) {
     REQUIRE(p.b.engine.post_recv(b, recv_wr(1, dst, 1024)) == VerbResult::Ok);
     REQUIRE(p.a.engine.post_send(a, send_wr(1, WrOpcode::Send, src, 1024), p.now) == VerbResult::Ok);
