@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "verbs/device/device_caps.h"
 #include "verbs/device/qp_rules.h"
@@ -198,8 +199,6 @@ TEST_CASE("values out of range fail, naming the attribute") {
        [](ibv_qp_attr& a) { a.max_rd_atomic = caps::kMaxQpInitRdAtom + 1; }},
       {"IBV_QP_PORT", IBV_QPS_RESET, IBV_QPS_INIT, init, [](ibv_qp_attr& a) { a.port_num = 0; }},
       {"IBV_QP_PKEY_INDEX", IBV_QPS_RESET, IBV_QPS_INIT, init, [](ibv_qp_attr& a) { a.pkey_index = 1; }},
-      {"IBV_QP_ACCESS_FLAGS", IBV_QPS_RESET, IBV_QPS_INIT, init,
-       [](ibv_qp_attr& a) { a.qp_access_flags |= IBV_ACCESS_MW_BIND; }},
   };
   for (const Bad& b : bad) {
     ibv_qp_attr a = good_attr(b.to, b.from);
@@ -271,4 +270,49 @@ TEST_CASE("enum fields holding values outside their enums are refused") {
   CHECK(validate_modify(QpType::Rc, IBV_QPS_RTS, a, IBV_QP_CUR_STATE).error == EINVAL);
   poke(a.path_mig_state, 77);
   CHECK(validate_modify(QpType::Rc, IBV_QPS_RTS, a, IBV_QP_PATH_MIG_STATE).error == EINVAL);
+}
+
+// Issue 27: the kernel stores qp_access_flags as given (uverbs' modify_qp, rxe_qp_from_attr)
+// and uses the bits a QP grants; programs pass their MRs' flags. Every IBV_ACCESS_* bit of
+// verbs.h (and rdma-core 45's FLUSH bits), alone and all together, at each transition that
+// takes IBV_QP_ACCESS_FLAGS, for RC and UC.
+TEST_CASE("qp_access_flags: every IBV_ACCESS_* bit is accepted, as the kernel accepts it") {
+  struct Bit {
+    const char* name;
+    unsigned value;
+  };
+  const Bit bits[] = {
+      {"IBV_ACCESS_LOCAL_WRITE", IBV_ACCESS_LOCAL_WRITE},
+      {"IBV_ACCESS_REMOTE_WRITE", IBV_ACCESS_REMOTE_WRITE},
+      {"IBV_ACCESS_REMOTE_READ", IBV_ACCESS_REMOTE_READ},
+      {"IBV_ACCESS_REMOTE_ATOMIC", IBV_ACCESS_REMOTE_ATOMIC},
+      {"IBV_ACCESS_MW_BIND", IBV_ACCESS_MW_BIND},
+      {"IBV_ACCESS_ZERO_BASED", IBV_ACCESS_ZERO_BASED},
+      {"IBV_ACCESS_ON_DEMAND", IBV_ACCESS_ON_DEMAND},
+      {"IBV_ACCESS_HUGETLB", IBV_ACCESS_HUGETLB},
+      {"IBV_ACCESS_FLUSH_GLOBAL", rrdma::rocev2::access::kFlushGlobal},
+      {"IBV_ACCESS_FLUSH_PERSISTENT", rrdma::rocev2::access::kFlushPersistent},
+      {"IBV_ACCESS_RELAXED_ORDERING", IBV_ACCESS_RELAXED_ORDERING},
+      {"the whole optional range", IBV_ACCESS_OPTIONAL_RANGE},
+      {"a bit verbs.h does not define", 1u << 31},
+  };
+  unsigned all = 0;
+  for (const Bit& bit : bits) all |= bit.value;
+  for (const QpType type : {QpType::Rc, QpType::Uc}) {
+    for (const auto& [from, to] : {std::pair{IBV_QPS_RESET, IBV_QPS_INIT}, std::pair{IBV_QPS_INIT, IBV_QPS_INIT},
+                                  std::pair{IBV_QPS_INIT, IBV_QPS_RTR}, std::pair{IBV_QPS_RTR, IBV_QPS_RTS},
+                                  std::pair{IBV_QPS_RTS, IBV_QPS_RTS}}) {
+      const int mask = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | transition_masks(type, from, to)->required;
+      ibv_qp_attr a = good_attr(to, from);
+      for (const Bit& bit : bits) {
+        INFO(bit.name << ", type " << int(type) << ", " << state_name(from) << " -> " << state_name(to));
+        a.qp_access_flags = bit.value;
+        const auto v = validate_modify(type, from, a, mask);
+        CHECK(v.reason == "");
+        CHECK(v.ok());
+      }
+      a.qp_access_flags = all;
+      CHECK(validate_modify(type, from, a, mask).ok());
+    }
+  }
 }

@@ -85,11 +85,6 @@ constexpr int kKnownMask = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC
                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MIG_STATE | IBV_QP_CAP |
                            IBV_QP_DEST_QPN | IBV_QP_RATE_LIMIT;
 
-// With the FLUSH placement types a responder QP grants (IBA 1.5 A19; rxe's responder checks
-// qp_access_flags for them: IBV_ACCESS_FLUSH_GLOBAL / _PERSISTENT, rdma-core 45 on).
-constexpr unsigned kQpAccessFlags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                    IBV_ACCESS_REMOTE_ATOMIC | rocev2::access::kFlushGlobal |
-                                    rocev2::access::kFlushPersistent;
 constexpr std::uint32_t kPsnMask = 0xFF'FFFF;  // PSNs and QPNs are 24-bit (IBA 9.2 BTH)
 
 // An enum field as the integer the caller stored. ibv_qp_attr comes from another process, so
@@ -140,9 +135,9 @@ ModifyVerdict check_values(const ibv_qp_attr& a, int mask, const QpLimits& limit
   if (has(kPkey) && a.pkey_index >= caps::kPkeyTableLen)
     return refuse("IBV_QP_PKEY_INDEX: pkey_index must be 0 (one P_Key)");
   if (has(kPort) && a.port_num != caps::kPortNum) return refuse("IBV_QP_PORT: port_num must be 1");
-  if (has(kAccess) && (a.qp_access_flags & ~kQpAccessFlags) != 0)
-    return refuse("IBV_QP_ACCESS_FLAGS: unknown or unsupported bits " +
-                  std::to_string(a.qp_access_flags & ~kQpAccessFlags));
+  // qp_access_flags is not checked: the kernel (uverbs' modify_qp, ib_modify_qp) and rxe
+  // take any value, and ODP programs pass their MRs' flags (IBV_ACCESS_ON_DEMAND...). The
+  // responder reads only the bits a QP grants (REMOTE_WRITE, _READ, _ATOMIC, FLUSH_*).
   if (has(kMtu)) {
     if (raw(a.path_mtu) < IBV_MTU_256 || raw(a.path_mtu) > IBV_MTU_4096)
       return refuse("IBV_QP_PATH_MTU: path_mtu is not an IBV_MTU_* value");
