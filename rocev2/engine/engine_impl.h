@@ -315,6 +315,7 @@ class Engine::Impl {
   void refuse(Qp& qp, const TransportPacket& p, const Verdict& v);
   void remember(Qp& qp, ReplayEntry e);
   const ReplayEntry* recall(const Qp& qp, Psn psn, ReplayEntry::Kind kind) const;
+  void fail_receive_wqe(Qp& qp, const TransportPacket& p, const Verdict& v);
   void abort_uc_message(Qp& qp);
 
   EngineHost& host_;

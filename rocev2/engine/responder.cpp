@@ -667,6 +667,22 @@ const ReplayEntry* Engine::Impl::recall(const Qp& qp, Psn psn, ReplayEntry::Kind
   return nullptr;
 }
 
+// A receive WQE whose memory cannot take the message (its L_Key no longer covers it, the
+// pages are gone): a class A error for every transport (IBA ch. 10 responder errors; rxe's
+// RESPST_ERR_MALFORMED_WQE). The WQE completes in error and the QP goes to ERR, flushing the
+// rest; unlike RC, UC and UD tell the requester nothing. Kept for the next message instead,
+// the WQE would never complete and the QP would go on as if nothing had happened.
+void Engine::Impl::fail_receive_wqe(Qp& qp, const TransportPacket& p, const Verdict& v) {
+  observe(qp, p.bth, PacketDecision::Dropped, v.why);
+  Completion c;
+  c.wr_id = qp.resp.recv_wr_id;
+  c.status = v.recv_status;
+  c.opcode = WcOpcode::Recv;
+  complete_recv(qp, c);
+  qp.resp.in_progress = Responder::InProgress::None;
+  enter_error(qp, v.why, v.event);
+}
+
 // IBA UC rules (ch. 9): UC keeps no retry state. A PSN gap or any error loses the message in
 // progress; the receive WQE it was filling is kept for the next message.
 void Engine::Impl::abort_uc_message(Qp& qp) {
@@ -707,6 +723,11 @@ void Engine::Impl::uc_request(Qp& qp, const TransportPacket& p) {
   const Verdict v = execute(qp, p);
   if (v.kind == Verdict::Kind::Ok) {
     observe(qp, p.bth, PacketDecision::Accepted, opcode_info(p.bth.opcode).name);
+    return;
+  }
+  if (v.kind == Verdict::Kind::Nak && v.code == NakCode::RemoteOperationalError &&
+      s.in_progress == Responder::InProgress::Send) {
+    fail_receive_wqe(qp, p, v);
     return;
   }
   // UC never answers: what RC would NAK or RNR-NAK silently drops the message.
@@ -767,6 +788,9 @@ void Engine::Impl::ud_request(Qp& qp, const TransportPacket& p, const PacketSour
   c.solicited = p.bth.solicited;
   observe(qp, p.bth, c.status == WcStatus::Success ? PacketDecision::Accepted : PacketDecision::Dropped, "UD SEND");
   complete_recv(qp, c);
+  // A length error only loses this message (class D); memory the WQE cannot reach is class
+  // A, as on the connected transports (fail_receive_wqe).
+  if (c.status == WcStatus::LocProtErr) enter_error(qp, "receive WQE's memory not accessible", EventType::QpFatal);
 }
 
 }  // namespace rrdma::rocev2

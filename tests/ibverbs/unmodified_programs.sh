@@ -264,6 +264,10 @@ own_program_row mr_check "${RRDMA_MR_CHECK:-}"
 # remote invalidation, the refusals (tests/ibverbs/mw_check.cpp).
 own_program_row mw_check "${RRDMA_MW_CHECK:-}"
 
+# Issue 27: RC, UC and UD QPs failed by a re-registered MR, recycled through RESET, work
+# again; qp_access_flags with MR-only bits are accepted (tests/ibverbs/qp_recycle_check.cpp).
+own_program_row qp_recycle_check "${RRDMA_QP_RECYCLE_CHECK:-}"
+
 log "--- the pingpongs"
 for program in ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong; do
   for size in "" "-s 1" "-s 4096" "-s 65536"; do

@@ -222,5 +222,35 @@ TEST_CASE("UD: a message above the path MTU fails locally and a short receive bu
   CHECK(v.p.b.host.completions[0].status == WcStatus::LocLenErr);
 }
 
+// Issue 27: memory a receive WQE's L_Key does not cover is a class A error on every
+// transport (rxe: RESPST_ERR_MALFORMED_WQE): the WQE completes in error and the QP goes to
+// ERR, flushing the rest. It used to be kept (UC) or passed over (UD) while the QP went on.
+TEST_CASE("UC and UD: a receive WQE outside its region completes LocProtErr, the QP goes to ERR, the rest flush") {
+  for (const QpType type : {QpType::Uc, QpType::Ud}) {
+    INFO("type " << int(type));
+    Pair p(type);
+    const MrFacts src = p.a.memory.add(p.a.pd, access::kLocalWrite, 4096, 0x10000);
+    const MrFacts dst = p.b.memory.add(p.b.pd, access::kLocalWrite, 4096, 0x20000);
+    RecvWr outside = recv_wr(1, dst, 4096);
+    outside.sg_list[0].addr += 4096;  // just past the region
+    p.b.engine.post_recv(p.b.qpn, outside);
+    p.b.engine.post_recv(p.b.qpn, recv_wr(2, dst, 4096));
+    SendWr wr = send_wr(1, WrOpcode::Send, src, 100);
+    wr.ud_dest_ip = p.b.ip;
+    wr.ud_remote_qpn = p.b.qpn;
+    wr.ud_remote_qkey = Qkey(0x11111111);
+    p.a.engine.post_send(p.a.qpn, wr, p.now);
+    p.deliver(p.a, p.b, p.a.host.take_sent());
+    const auto& c = p.b.host.completions;
+    REQUIRE(c.size() == 2);
+    CHECK(c[0].wr_id == 1);
+    CHECK(c[0].status == WcStatus::LocProtErr);
+    CHECK(c[1].wr_id == 2);
+    CHECK(c[1].status == WcStatus::WrFlushErr);
+    CHECK(p.b.state() == QpState::Err);
+    CHECK(p.b.host.sent.empty());  // nothing told to the requester
+  }
+}
+
 }  // namespace
 }  // namespace rrdma::test

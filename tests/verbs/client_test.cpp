@@ -1083,6 +1083,39 @@ TEST_CASE("client: MR, QP and query replies carry the daemon's numbers", "[clien
   CHECK(modify.words[field::kModDgidLow] == 0x0000'ffff'0a09'0807);
 }
 
+// Issue 27: hardware providers clean a QP's CQEs out of its CQs when it goes to RESET
+// (mlx5_cq_clean): the flushes and errors of its past must not answer the recycled QP's new
+// work (pyverbs' test_mr_rereg_pd polls a stale IBV_WC_WR_FLUSH_ERR otherwise). The other
+// QPs' CQEs stay, in order.
+TEST_CASE("client: modify_qp(RESET) drops the QP's unpolled CQEs and keeps the others'", "[client]") {
+  QpScene scene;
+  scene.to_rts();
+  const std::uint32_t mine = scene.qp->qp_num(), other = mine + 1;
+  AdoptedRing& ring = scene.daemon.ring(scene.cq->handle());
+  RingProducer completions(ring.region.bytes(), ring.geometry);
+  for (auto [wr_id, qp_num] : {std::pair{1u, mine}, {2u, other}, {3u, mine}, {4u, other}, {5u, mine}}) {
+    Cqe cqe = make_cqe(wr_id, qp_num);
+    cqe.status = static_cast<std::uint32_t>(rocev2::WcStatus::WrFlushErr);
+    REQUIRE(completions.try_push_value(cqe) == PushResult::Pushed);
+  }
+  completions.publish();
+  QpAttributes reset;
+  reset.state = QpState::Reset;
+  REQUIRE(scene.qp->modify(reset, qp_attr::kState) == 0);
+  Cqe out[8];
+  REQUIRE(scene.cq->poll(out) == 2);
+  CHECK(out[0].wr_id == 2);
+  CHECK(out[1].wr_id == 4);
+  // Another state leaves the CQ alone.
+  REQUIRE(completions.try_push_value(make_cqe(6, mine)) == PushResult::Pushed);
+  completions.publish();
+  QpAttributes init;
+  init.state = QpState::Init;
+  REQUIRE(scene.qp->modify(init, qp_attr::kState) == 0);
+  REQUIRE(scene.cq->poll(out) == 1);
+  CHECK(out[0].wr_id == 6);
+}
+
 TEST_CASE("client: a missing device is ENODEV, a listening socket is a device", "[client]") {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("rrdma-client-test-" + std::to_string(::getpid()));

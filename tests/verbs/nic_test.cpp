@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <climits>
 #include <numeric>
@@ -971,6 +972,231 @@ TEST_CASE("nic: a refused bind completes with MW_BIND_ERR and takes the QP to er
   CHECK(done[0].status == IBV_WC_MW_BIND_ERR);
   CHECK(done[0].opcode == IBV_WC_BIND_MW);
   CHECK(p.b.user.call(MessageType::QueryQp, {p.qb->handle, IBV_QP_STATE}).words[field::kModState] == IBV_QPS_ERR);
+}
+
+
+// ------------------------------------------------------------------ recycling a QP through RESET
+
+constexpr std::uint32_t kRecycleQkey = 0x1111;
+
+// RESET -> INIT -> RTR -> RTS with the attributes ibv_modify_qp(3) requires of `type`, the
+// same ones each time; an RC or UC QP grants `access`.
+void bring_up(TestClient& side, const TestQp& qp, ibv_qp_type type, std::uint32_t peer_ip, std::uint32_t peer_qpn,
+              std::uint32_t access = IBV_ACCESS_REMOTE_WRITE, const std::function<void()>& in_init = [] {}) {
+  const bool rc = type == IBV_QPT_RC, ud = type == IBV_QPT_UD;
+  auto init = modify_words(qp.handle, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                          (ud ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS));
+  init[field::kModState] = IBV_QPS_INIT;
+  init[field::kModPortNum] = 1;
+  init[field::kModQkey] = kRecycleQkey;
+  init[field::kModAccessFlags] = access;
+  REQUIRE(modify(side, init) == 0);
+  in_init();
+  const int path = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+  auto rtr = modify_words(qp.handle, IBV_QP_STATE | (ud ? 0 : path) |
+                                         (rc ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0));
+  rtr[field::kModState] = IBV_QPS_RTR;
+  rtr[field::kModPathMtu] = IBV_MTU_1024;
+  rtr[field::kModDestQpNum] = peer_qpn;
+  rtr[field::kModRqPsn] = 100;
+  rtr[field::kModMaxDestRdAtomic] = 4;
+  rtr[field::kModMinRnrTimer] = 12;
+  std::tie(rtr[field::kModDgidHigh], rtr[field::kModDgidLow]) = gid_words(peer_ip);
+  rtr[field::kModHopLimit] = 64;
+  REQUIRE(modify(side, rtr) == 0);
+  auto rts = modify_words(qp.handle, IBV_QP_STATE | IBV_QP_SQ_PSN |
+                                         (rc ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                                   IBV_QP_MAX_QP_RD_ATOMIC
+                                             : 0));
+  rts[field::kModState] = IBV_QPS_RTS;
+  rts[field::kModSqPsn] = 100;
+  rts[field::kModTimeout] = 14;
+  rts[field::kModRetryCnt] = 7;
+  rts[field::kModRnrRetry] = 7;
+  rts[field::kModMaxRdAtomic] = 4;
+  REQUIRE(modify(side, rts) == 0);
+  REQUIRE(qp_state(side, qp) == IBV_QPS_RTS);
+}
+
+void reset_qp(TestClient& side, const TestQp& qp) {
+  auto reset = modify_words(qp.handle, IBV_QP_STATE);
+  reset[field::kModState] = IBV_QPS_RESET;
+  REQUIRE(modify(side, reset) == 0);
+  REQUIRE(qp_state(side, qp) == IBV_QPS_RESET);
+}
+
+// Two QPs of one type, A sending to B, B receiving into `landing` (a UD receive also takes
+// the 40-byte GRH in front of the message).
+struct RecyclePair {
+  explicit RecyclePair(ibv_qp_type t) : type(t) {
+    ah = type == IBV_QPT_UD ? ah_to_b() : 0;
+    bring_up(a.user, *qa, type, kIpB, qb->qpn);
+    bring_up(b.user, *qb, type, kIpA, qa->qpn);
+  }
+  std::uint64_t ah_to_b() {
+    std::vector<std::uint64_t> w(field::kCreateAhWords, 0);
+    w[field::kAhPd] = da.pd;
+    std::tie(w[field::kAhDgidHigh], w[field::kAhDgidLow]) = gid_words(kIpB);
+    w[field::kAhHopLimit] = 64;
+    w[field::kAhPortNum] = 1;
+    return a.user.ok(MessageType::CreateAh, w);
+  }
+  std::uint32_t grh() const { return type == IBV_QPT_UD ? 40 : 0; }
+  void post_recv(std::uint64_t wr_id, std::uint64_t address, std::uint32_t lkey) {
+    RecvWqe recv{};
+    recv.wr_id = wr_id;
+    recv.num_sge = 1;
+    recv.sge[0] = {address, 64, lkey};
+    qb->post_recv(recv);
+  }
+  void send(std::uint64_t wr_id) {
+    SendWqe wqe = wqe_for(wr_id, rocev2::WrOpcode::Send, message, 16, source.lkey);
+    wqe.ah_handle = static_cast<std::uint32_t>(ah);
+    wqe.remote_qpn = qb->qpn;
+    wqe.remote_qkey = kRecycleQkey;
+    qa->post_send(wqe);
+    exchange(a, b);
+  }
+  // One SEND that lands at `landed` (its receive posted here unless it already was) and
+  // completes with success at both ends, and nothing else.
+  void send_and_expect_success(std::uint64_t wr_id, const std::uint8_t* landed, std::uint32_t lkey,
+                               bool post_receive = true) {
+    if (post_receive) post_recv(wr_id, reinterpret_cast<std::uintptr_t>(landed), lkey);
+    send(wr_id);
+    const auto sent = qa->poll(), received = qb->poll();
+    REQUIRE(sent.size() == 1);
+    CHECK(sent[0].wr_id == wr_id);
+    CHECK(sent[0].status == IBV_WC_SUCCESS);
+    REQUIRE(received.size() == 1);
+    CHECK(received[0].wr_id == wr_id);
+    CHECK(received[0].status == IBV_WC_SUCCESS);
+    CHECK(received[0].byte_len == 16 + grh());
+    CHECK(std::equal(message.begin(), message.begin() + 16, landed + grh()));
+  }
+
+  ibv_qp_type type;
+  Side a{kIpA, 1};
+  Side b{kIpB, 2};
+  Device da = open_device(a.user);
+  Device db = open_device(b.user);
+  std::unique_ptr<TestQp> qa = create_qp(a.user, da, type);
+  std::unique_ptr<TestQp> qb = create_qp(b.user, db, type);
+  std::uint64_t ah = 0;
+  std::vector<std::uint8_t> message = std::vector<std::uint8_t>(64, 0x5A);
+  Registration source = reg_mr(a.user, da, message, IBV_ACCESS_LOCAL_WRITE);
+};
+
+// Issue 27: re-registering an MR that a posted receive WQE names fails the next SEND; the
+// QPs, recycled RESET -> INIT -> RTR -> RTS with the same attributes, must then work again,
+// with nothing left of the failure (engine state, queues, rings, flush state).
+TEST_CASE("nic: a QP failed by a re-registered MR, recycled through RESET, sends and receives again (RC, UC, UD)") {
+  const ibv_qp_type type = GENERATE(IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD);
+  const int how = GENERATE(IBV_REREG_MR_CHANGE_TRANSLATION, IBV_REREG_MR_CHANGE_PD);
+  INFO("QP type " << type << ", rereg flags " << how);
+  const bool rc = type == IBV_QPT_RC;
+  RecyclePair p(type);
+  std::vector<std::uint8_t> landing(64, 0), moved(64, 0);
+  const Message reg = reg_mr_at(p.b.user, p.db.pd, address_of(landing), landing.size(), IBV_ACCESS_LOCAL_WRITE,
+                                address_of(landing));
+  const Registration target = keys_of(reg);
+  const std::uint64_t mr = reg.words[field::kMrHandle];
+  p.send_and_expect_success(1, landing.data(), target.lkey);
+
+  // Receive WQEs name the region, which then moves (or leaves the QP's PD); two SENDs follow.
+  for (std::uint64_t wr_id : {2, 3, 4}) p.post_recv(wr_id, address_of(landing), target.lkey);
+  const std::uint64_t pd2 = p.b.user.ok(MessageType::AllocPd, {p.db.context});
+  const Message rereg = how == IBV_REREG_MR_CHANGE_TRANSLATION
+                            ? p.b.user.call(MessageType::ReregMr, {mr, IBV_REREG_MR_CHANGE_TRANSLATION, 0,
+                                                                   address_of(moved), moved.size(), 0})
+                            : p.b.user.call(MessageType::ReregMr, {mr, IBV_REREG_MR_CHANGE_PD, pd2, 0, 0, 0});
+  REQUIRE(rereg.words[0] == 0);
+  p.send(2);
+  p.send(3);
+  // The first error: B cannot place the message in that WQE, which completes with a local
+  // protection error, and B goes to ERR (a class A error, IBA ch. 10; rxe: for every
+  // transport), flushing its other WQEs. An RC requester is told (a NAK: remote operational
+  // error), fails and flushes what followed; UC and UD requesters never learn.
+  const auto received = p.qb->poll();
+  REQUIRE(received.size() == 3);
+  CHECK(received[0].wr_id == 2);
+  CHECK(received[0].status == IBV_WC_LOC_PROT_ERR);
+  for (std::size_t i : {1, 2}) {
+    CHECK(received[i].wr_id == i + 2);
+    CHECK(received[i].status == IBV_WC_WR_FLUSH_ERR);
+  }
+  CHECK(qp_state(p.b.user, *p.qb) == IBV_QPS_ERR);
+  const auto sent = p.qa->poll();
+  REQUIRE(sent.size() == 2);
+  CHECK(sent[0].wr_id == 2);
+  CHECK(sent[0].status == (rc ? IBV_WC_REM_OP_ERR : IBV_WC_SUCCESS));
+  CHECK(sent[1].wr_id == 3);
+  CHECK(sent[1].status == (rc ? IBV_WC_WR_FLUSH_ERR : IBV_WC_SUCCESS));
+  CHECK(qp_state(p.a.user, *p.qa) == (rc ? IBV_QPS_ERR : IBV_QPS_RTS));
+
+  // Work posted in ERR is flushed.
+  p.post_recv(5, address_of(landing), target.lkey);
+  const std::uint64_t one = 1;
+  REQUIRE(::write(p.qb->doorbell, &one, sizeof(one)) == sizeof(one));
+  exchange(p.a, p.b);
+  const auto flushed = p.qb->poll();
+  REQUIRE(flushed.size() == 1);
+  CHECK(flushed[0].wr_id == 5);
+  CHECK(flushed[0].status == IBV_WC_WR_FLUSH_ERR);
+
+  // Both QPs recycled with the same attributes, B's receive posted in INIT as programs do;
+  // the region as it now is: at its new address, or back in the QP's PD.
+  std::vector<std::uint8_t>& now = how == IBV_REREG_MR_CHANGE_TRANSLATION ? moved : landing;
+  if (how == IBV_REREG_MR_CHANGE_PD)
+    REQUIRE(p.b.user.call(MessageType::ReregMr, {mr, IBV_REREG_MR_CHANGE_PD, p.db.pd, 0, 0, 0}).words[0] == 0);
+  std::fill(now.begin(), now.end(), 0);
+  for (auto [side, qp] : {std::pair{&p.a.user, p.qa.get()}, std::pair{&p.b.user, p.qb.get()}}) reset_qp(*side, *qp);
+  bring_up(p.a.user, *p.qa, type, kIpB, p.qb->qpn);
+  bring_up(p.b.user, *p.qb, type, kIpA, p.qa->qpn, IBV_ACCESS_REMOTE_WRITE,
+           [&] { p.post_recv(6, address_of(now), target.lkey); });
+  exchange(p.a, p.b);
+  CHECK(p.qa->poll().empty());
+  CHECK(p.qb->poll().empty());
+  p.send_and_expect_success(6, now.data(), target.lkey, false);
+  p.send_and_expect_success(7, now.data(), target.lkey);
+  CHECK(qp_state(p.a.user, *p.qa) == IBV_QPS_RTS);
+  CHECK(qp_state(p.b.user, *p.qb) == IBV_QPS_RTS);
+}
+
+
+// Issue 27: qp_access_flags with bits that mean something only to an MR (as ODP programs
+// pass them) are taken at INIT, as the kernel takes them; the responder grants what the
+// QP-level bits say and nothing more.
+TEST_CASE("nic: qp_access_flags with MR-only bits are accepted at INIT and grant only the QP-level ones") {
+  constexpr std::uint32_t kMrOnly = IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
+                                    IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
+  for (const ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC}) {
+    for (const std::uint32_t granted : {kMrOnly | IBV_ACCESS_REMOTE_WRITE, kMrOnly | IBV_ACCESS_LOCAL_WRITE}) {
+      INFO("QP type " << type << ", qp_access_flags " << granted);
+      Side a{kIpA, 1}, b{kIpB, 2};
+      const Device da = open_device(a.user), db = open_device(b.user);
+      const auto qa = create_qp(a.user, da, type), qb = create_qp(b.user, db, type);
+      bring_up(a.user, *qa, type, kIpB, qb->qpn);
+      bring_up(b.user, *qb, type, kIpA, qa->qpn, granted);
+      const Message queried = b.user.call(MessageType::QueryQp, {qb->handle, IBV_QP_ACCESS_FLAGS});
+      REQUIRE(queried.words[0] == 0);
+      CHECK(queried.words[field::kModAccessFlags] == granted);  // kept as given, as rxe keeps it
+      std::vector<std::uint8_t> source(64, 0x77), target(64, 0);
+      const Registration src = reg_mr(a.user, da, source, IBV_ACCESS_LOCAL_WRITE);
+      const Registration dst = reg_mr(b.user, db, target, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      SendWqe write = wqe_for(1, rocev2::WrOpcode::RdmaWrite, source, 8, src.lkey);
+      write.remote_addr = address_of(target);
+      write.rkey = dst.rkey;
+      qa->post_send(write);
+      exchange(a, b);
+      const bool grants_write = (granted & IBV_ACCESS_REMOTE_WRITE) != 0;
+      CHECK((target[0] == 0x77) == grants_write);
+      if (type == IBV_QPT_RC) {
+        const auto done = qa->poll();
+        REQUIRE(done.size() == 1);
+        CHECK(done[0].status == (grants_write ? IBV_WC_SUCCESS : IBV_WC_REM_INV_REQ_ERR));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -138,6 +138,47 @@ TEST_CASE("ring: full and empty, unpublished entries are invisible") {
   CHECK(consumer.try_pop_value(e) == PopResult::Empty);
 }
 
+// Issue 27: a QP recycled through RESET loses its completions still in the CQ ring; the
+// other QPs' stay, in order, and the freed slots are the producer's again.
+TEST_CASE("ring: remove_if drops the chosen published entries, keeps the rest in order, frees the slots") {
+  const RingGeometry g{8, 16};
+  HeapRegion region(g);
+  RingProducer producer(region.bytes(), g);
+  RingConsumer consumer(region.bytes(), g);
+  Entry e{};
+  // Start past a wrap of the slots, so that moved entries cross the ring's end.
+  for (std::uint64_t i = 0; i < 6; ++i) REQUIRE(producer.try_push_value(Entry{i, check_of(i)}) == PushResult::Pushed);
+  producer.publish();
+  for (int i = 0; i < 6; ++i) REQUIRE(consumer.try_pop_value(e) == PopResult::Popped);
+  for (std::uint64_t i = 10; i < 18; ++i) REQUIRE(producer.try_push_value(Entry{i, check_of(i)}) == PushResult::Pushed);
+  producer.publish();
+  CHECK(producer.try_push_value(Entry{99, 0}) == PushResult::Full);
+  const auto odd = [](ByteSpan bytes) {
+    Entry entry{};
+    std::memcpy(&entry, bytes.data(), sizeof entry);
+    return entry.seq % 2 == 1;
+  };
+  CHECK(consumer.remove_if(odd) == 4);
+  CHECK(consumer.available() == 4);
+  // Four slots are free again; what was kept comes out first, in order, then the new ones.
+  for (std::uint64_t i = 20; i < 24; ++i) REQUIRE(producer.try_push_value(Entry{i, check_of(i)}) == PushResult::Pushed);
+  CHECK(producer.try_push_value(Entry{99, 0}) == PushResult::Full);
+  producer.publish();
+  for (std::uint64_t want : {10, 12, 14, 16, 20, 21, 22, 23}) {
+    REQUIRE(consumer.try_pop_value(e) == PopResult::Popped);
+    CHECK(e.seq == want);
+    CHECK(e.check == check_of(want));
+  }
+  CHECK(consumer.try_pop_value(e) == PopResult::Empty);
+  // Nothing to drop, an empty ring: nothing moves.
+  CHECK(consumer.remove_if(odd) == 0);
+  REQUIRE(producer.try_push_value(Entry{30, check_of(30)}) == PushResult::Pushed);  // unpublished: untouched
+  CHECK(consumer.remove_if([](ByteSpan) { return true; }) == 0);
+  producer.publish();
+  REQUIRE(consumer.try_pop_value(e) == PopResult::Popped);
+  CHECK(e.seq == 30);
+}
+
 TEST_CASE("ring: a short entry is zero-padded, an oversized one refused") {
   const RingGeometry g{2, 16};
   HeapRegion region(g);

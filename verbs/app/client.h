@@ -394,6 +394,8 @@ class WorkLog {
   // first, and forgets them: how many were written.
   std::size_t flush_sends(std::span<Cqe> out);
   std::size_t flush_recvs(std::span<Cqe> out);
+  // modify_qp(RESET): every outstanding WQE is gone without a completion.
+  void forget_all();
 
  private:
   struct PostedSend {
@@ -469,6 +471,10 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
   enum class Side { Send, Recv };
   void attach_log(std::shared_ptr<WorkLog> log, Side side);
   void detach_log(const WorkLog* log);
+  // A QP of this CQ went to RESET: its CQEs not yet polled are dropped, the others kept in
+  // order, as hardware providers do (mlx5_cq_clean): new work on the recycled QP must not
+  // meet the completions (flushes, errors) of its past. How many were dropped.
+  std::uint32_t discard_completions_of(std::uint32_t qp_num);
   // ibv_resize_cq: a new ring of at least `entries` (and room for what is queued); the
   // daemon moves the queued CQEs over before it answers.
   int resize(std::uint32_t entries);

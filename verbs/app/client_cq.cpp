@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "verbs/app/client.h"
 #include "verbs/app/client_internal.h"
@@ -226,6 +227,12 @@ std::size_t WorkLog::flush_recvs(std::span<Cqe> out) {
   return written;
 }
 
+void WorkLog::forget_all() {
+  std::lock_guard lock(mutex_);
+  sends_.clear();
+  recvs_.clear();
+}
+
 // ---------------------------------------------------------------------------------------
 // CQs
 
@@ -308,6 +315,16 @@ void CompletionQueue::attach_log(std::shared_ptr<WorkLog> log, Side side) {
 void CompletionQueue::detach_log(const WorkLog* log) {
   std::lock_guard lock(mutex_);
   std::erase_if(logs_, [&](const AttachedLog& attached) { return attached.log.get() == log; });
+}
+
+std::uint32_t CompletionQueue::discard_completions_of(std::uint32_t qp_num) {
+  std::lock_guard lock(mutex_);
+  if (!ring_) return 0;
+  return ring_->remove_if([qp_num](ByteSpan entry) {
+    Cqe cqe{};
+    std::memcpy(&cqe, entry.data(), std::min(entry.size(), sizeof cqe));
+    return cqe.qp_num == qp_num;
+  });
 }
 
 void CompletionQueue::retire(const Cqe& cqe) {

@@ -451,6 +451,14 @@ int QueuePair::modify(const QpAttributes& attributes, int mask) {
   control::Message reply;
   if (const int error = pd_->context().call(request, {}, reply); error != 0) return error;
   if ((mask & verbs::qp_attr::kState) != 0) state_ = attributes.state;
+  // RESET removes every WQE without a completion (the daemon emptied the rings before it
+  // replied, and published what it completed before): what the CQs still hold of this QP
+  // belongs to its past, and goes too (hardware providers clean their CQs here).
+  if ((mask & verbs::qp_attr::kState) != 0 && attributes.state == QpState::Reset) {
+    if (log_) log_->forget_all();
+    send_cq().discard_completions_of(qp_num_);
+    if (&recv_cq() != &send_cq()) recv_cq().discard_completions_of(qp_num_);
+  }
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 namespace rrdma::verbs {
 
@@ -312,6 +313,26 @@ bool RingConsumer::refresh_producer_index() {
 std::uint32_t RingConsumer::available() {
   if (error_ != RingError::None || !refresh_producer_index()) return 0;
   return producer_seen_ - consumed_;
+}
+
+std::uint32_t RingConsumer::remove_if(const std::function<bool(ByteSpan)>& drop) {
+  if (error_ != RingError::None || !refresh_producer_index()) return 0;
+  std::vector<std::uint8_t> entry(geometry_.entry_size);
+  std::uint32_t dropped = 0;
+  for (std::uint32_t index = producer_seen_; index != consumed_;) {
+    --index;
+    std::memcpy(entry.data(), slot(index), entry.size());  // decide on a copy (try_pop)
+    if (drop(ByteSpan(entry.data(), entry.size()))) {
+      ++dropped;
+    } else if (dropped != 0) {
+      std::memcpy(slot(index + dropped), entry.data(), entry.size());
+    }
+  }
+  if (dropped == 0) return 0;
+  consumed_ += dropped;
+  // Release: the moved entries are in place before the producer may reuse the freed slots.
+  SharedWord(header_->consumer_index).store(consumed_, std::memory_order_release);
+  return dropped;
 }
 
 PopResult RingConsumer::try_pop(MutableByteSpan out) {

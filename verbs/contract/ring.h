@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 
 #include "stack/bytes.h"
@@ -232,6 +233,12 @@ class RingConsumer : public RingEnd {
   }
   // Published entries waiting (reads the producer index); 0 when broken.
   std::uint32_t available();
+  // Takes out of the published entries those `drop` says (it sees a copy of each), the
+  // others staying in order: walking from the newest to the oldest, a kept entry moves up by
+  // the number dropped after it, then the consumer index passes the slots so freed. The
+  // producer writes only past what it published, so nothing races. What a hardware provider
+  // does to its CQ when a QP goes to RESET (mlx5_cq_clean). Returns how many were dropped.
+  std::uint32_t remove_if(const std::function<bool(ByteSpan)>& drop);
   // Before sleeping on the doorbell: asks to be woken, then looks at the ring again. True if
   // it is still empty (sleep now: the producer will ring). False if entries arrived in the
   // meantime (the request is withdrawn; consume them) or the ring is broken.
