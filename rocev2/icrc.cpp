@@ -164,7 +164,8 @@ constexpr std::uint32_t over_x(std::uint32_t a) {
   return ((a ^ (kPolynomial & all_if(has_constant))) << 1) | has_constant;
 }
 
-constexpr std::uint32_t multiply(std::uint32_t a, std::uint32_t b) {
+// One coefficient of a at a time: the definition, for the static_assert below.
+constexpr std::uint32_t multiply_bitwise(std::uint32_t a, std::uint32_t b) {
   std::uint32_t product = 0;
   for (int degree = 0; degree < 32; ++degree) {  // b runs through b * x^degree
     product ^= b & all_if(a >> (31 - degree));
@@ -172,6 +173,31 @@ constexpr std::uint32_t multiply(std::uint32_t a, std::uint32_t b) {
   }
   return product;
 }
+
+// a * x^4: the low 4 bits (x^28..x^31) overflow and come back reduced.
+constexpr std::array<std::uint32_t, 16> make_times_x4_overflow() {
+  std::array<std::uint32_t, 16> t{};
+  for (std::uint32_t n = 0; n < 16; ++n) t[n] = times_x(times_x(times_x(times_x(n))));
+  return t;
+}
+constexpr std::array<std::uint32_t, 16> kTimesX4Overflow = make_times_x4_overflow();
+constexpr std::uint32_t times_x4(std::uint32_t a) { return (a >> 4) ^ kTimesX4Overflow[a & 0xF]; }
+
+// Four coefficients of a at a time (Horner, highest degree first: a's low nibble), against
+// the 16 multiples of b by polynomials of degree < 4 (in a nibble, bit m stands for x^(3-m)).
+// A quarter of the bitwise loop's dependent steps: this is the solve's main cost.
+constexpr std::uint32_t multiply(std::uint32_t a, std::uint32_t b) {
+  const std::array<std::uint32_t, 4> b_times_bit{times_x(times_x(times_x(b))), times_x(times_x(b)), times_x(b), b};
+  std::array<std::uint32_t, 16> b_times{};
+  for (unsigned m = 0; m < 4; ++m)  // the entries below bit m are complete: add bit m to each
+    for (unsigned n = 0; n < (1u << m); ++n) b_times[(1u << m) | n] = b_times[n] ^ b_times_bit[m];
+  std::uint32_t product = 0;
+  for (int shift = 0; shift < 32; shift += 4) product = times_x4(product) ^ b_times[(a >> shift) & 0xF];
+  return product;
+}
+static_assert(multiply(0x12345678, 0x9ABCDEF0) == multiply_bitwise(0x12345678, 0x9ABCDEF0) &&
+              multiply(0xFFFFFFFF, 0x80000001) == multiply_bitwise(0xFFFFFFFF, 0x80000001) &&
+              multiply(0xDB710641, 0x00000002) == multiply_bitwise(0xDB710641, 0x00000002));
 
 // x^(-8k) for k = 0..65535, as two tables of 256: k = 256 * high + low.
 struct InversePowers {
