@@ -87,7 +87,9 @@ bool seal_icrc(MutableByteSpan ipv4_packet);
 // verify_icrc_hidden_id undoes that multiplication and accepts when what remains is what
 // two bytes fed into a zero CRC register can give, which also names the ID. The cost of
 // not knowing the ID: of the 2^32 ICRC values, 2^16 now pass, so a random corruption of a
-// covered field goes undetected with probability 2^-16 (1 in 65536) instead of 2^-32. A
+// covered field goes undetected with probability 2^-16 (1 in 65536) instead of 2^-32.
+// Which patterns slip through depends on their distance from the ID only: every single-bit
+// error is still caught in payloads of up to 26,744 bytes, bursts no longer all are. A
 // packet whose ID is 0 checks with one CRC as verify_icrc does; only on a mismatch is the
 // ID solved for (a few table look-ups and two GF(2) multiplications; bench/icrc_bench.cpp).
 // A sender that leaves DF clear (no RoCE sender we know) or sends IPv4 options fails.
@@ -107,9 +109,9 @@ using Ipv4HeaderBytes = std::array<std::uint8_t, 20>;
 using UdpHeaderBytes = std::array<std::uint8_t, 8>;
 
 // The IPv4 header a RoCE sender wrote for this datagram, as above, with the given
-// identification and a correct header checksum (the kernel's ib_get_rdma_header_version
-// checks it when the header sits in a UD GRH). nullopt if `udp_payload_length` exceeds
-// kMaxIpv4UdpPayload. The one definition of the reconstruction: the ICRC check uses it, and
+// identification and a correct header checksum (libibverbs' ibv_init_ah_from_wc and the
+// kernel's ib_get_rdma_header_version check it to tell IPv4 from IPv6 in a UD GRH).
+// nullopt if `udp_payload_length` exceeds kMaxIpv4UdpPayload. The one definition of the reconstruction: the ICRC check uses it, and
 // the netdev port passes it on as the packet's IPv4 header (PacketSource::ipv4_header).
 std::optional<Ipv4HeaderBytes> reconstructed_ipv4_header(const HiddenHeaderFields& fields,
                                                          std::size_t udp_payload_length,
