@@ -421,6 +421,9 @@ void Engine::Impl::on_timeout(Qp& qp, Instant now) {
     return;
   }
   --r.retries_left;
+  // After a silence, whatever arrives answers this request: the first response past a gap
+  // in it shows a new gap, to be asked for at once.
+  r.gap_retry_psn.reset();
   retransmit_from(qp, r.comp_psn, now, "local ACK timeout");
 }
 
