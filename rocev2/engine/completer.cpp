@@ -124,7 +124,12 @@ void Engine::Impl::fail_front(Qp& qp, WcStatus status, std::string_view cause) {
 // keep coming, with rising PSNs, and must not trigger more retries. The answer starts again
 // at the gap, so a response at a PSN below one already seen past it means the answer has
 // begun without the missing response (lost again, or the request was, after a timeout):
-// ask again at once, a retry like any other. `seen` is the PSN that showed the gap.
+// ask again at once, a retry like any other. Only a clear sign counts: this READ's own
+// response right after the gap, when its responses had already reached kReorderMargin
+// further. The answers to later requests, resent behind the READ, come in any PSN order,
+// and a response merely reordered or duplicated on the way is behind the others too (the
+// simulation's reordering link found both, each spending retries). `seen` is the PSN that
+// showed the gap (a response's, or an ACK's + 1).
 // The request itself may be lost too; the responses past the gap then go on to the end of
 // the READ (and keep the ACK timer alive: keep_ack_timer_alive). So once more of them than
 // an answer usually trails by have come (twice the estimate, and at least
@@ -136,11 +141,13 @@ void Engine::Impl::retry_missing_response(Qp& qp, Psn seen, Instant now) {
   const SendWqe& w = r.sq.front();
   const Psn from = w.first_psn + w.responses_received;
   bool spend_retry = true;
+  const bool own = w.contains(seen);  // a response of this READ, not of a later request
   if (r.gap_retry_psn && *r.gap_retry_psn == from) {
-    if (seen.before(r.gap_seen_psn)) {
+    if (own && seen == from + 1 && seen.before(r.gap_seen_psn) &&
+        r.gap_seen_psn.distance_from(seen) >= kReorderMargin) {
       note_answer_began(r);
     } else {
-      r.gap_seen_psn = seen;
+      if (own && r.gap_seen_psn.before(seen)) r.gap_seen_psn = seen;
       if (++r.gap_late <= 2 * r.late_estimate + kMinLateResponses) return;
       r.late_estimate = 2 * r.late_estimate + kMinLateResponses;
       spend_retry = false;
@@ -152,7 +159,7 @@ void Engine::Impl::retry_missing_response(Qp& qp, Psn seen, Instant now) {
   }
   if (spend_retry) --r.retries_left;
   r.gap_retry_psn = from;
-  r.gap_seen_psn = seen;
+  r.gap_seen_psn = own ? seen : from;
   r.gap_late = 0;
   retransmit_from(qp, from, now, "response missing");
 }

@@ -43,6 +43,9 @@ inline constexpr std::uint32_t kReadResponsesPerStep = 64;
 // kMinLateResponses later responses past the same gap is asked for again (completer.cpp,
 // retry_missing_response).
 inline constexpr std::uint32_t kMinLateResponses = 128;
+// A READ's own response right after a re-requested gap, arriving once its responses had
+// reached this far past it, shows the answer begun without the missing one.
+inline constexpr std::uint32_t kReorderMargin = 8;
 // Requests kept behind a READ being answered, per QP (each with up to a path MTU of
 // payload). More are dropped, as a full link would drop them; the requester resends.
 inline constexpr std::size_t kMaxWaitingRequests = 256;
