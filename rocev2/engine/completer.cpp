@@ -51,6 +51,7 @@ void Engine::Impl::on_response(Qp& qp, const TransportPacket& p, Instant now) {
 // one that keeps coming is bounded by the READ's length.
 void Engine::Impl::keep_ack_timer_alive(Qp& qp, Instant now) {
   Requester& r = qp.req;
+  r.read_response_heard = true;
   if (r.retransmit_deadline && !r.rnr_deadline) restart_ack_timer(qp, now);
 }
 

@@ -62,6 +62,7 @@ struct Requester {
   Psn gap_seen_psn{};                  // the highest response PSN past it seen since
   std::uint32_t gap_late = 0;          // responses past it that arrived since it was asked for
   std::uint32_t late_estimate = 0;     // how many such responses an answer usually trails
+  bool read_response_heard = false;    // a READ response arrived since the last ACK timeout
   bool drain_reported = false;         // SQD: SqDrained sent
   std::string_view retransmit_reason = "retransmission";  // for the observer (static text)
 };

@@ -143,5 +143,33 @@ TEST_CASE("READ retry: a lost re-request is sent again after the responses past 
   s.check_done();
 }
 
+// The requester's own daemon descheduled for 100 ms (a loaded host) between batches of the
+// responses past a gap: its ACK timer expires at once when it runs again, while the next
+// responses wait in its queue. A period that began with READ responses arriving is not the
+// responder's silence: no retry is spent (retry_cnt 1, already spent on the gap).
+TEST_CASE("READ retry: an ACK timeout right after READ responses arrived spends no retry") {
+  constexpr std::size_t kResponses = 256;
+  RetryScene s(kResponses * kKiB, 1);
+  const std::vector<Captured> all = s.answer(s.p.a.host.take_sent());
+  REQUIRE(all.size() == kResponses);
+  for (std::size_t k = 0; k < 10; ++k) s.give(all[k]);
+  s.give(all[11]);
+  const std::vector<Captured> re_request = s.requests_from(10);
+  REQUIRE(re_request.size() == 1);
+  for (std::size_t k = 12; k < kResponses; ++k) {
+    if (k % 16 == 0) {
+      s.p.now += milliseconds(100);  // descheduled
+      s.p.run_due(s.p.a);
+    }
+    s.give(all[k]);
+  }
+  CHECK(s.p.a.engine.counters().timeouts > 0);
+  REQUIRE(s.p.a.host.completions.empty());
+  s.p.a.host.take_sent();
+
+  s.p.deliver(s.p.b, s.p.a, s.answer(re_request));
+  s.check_done();
+}
+
 }  // namespace
 }  // namespace rrdma::test
