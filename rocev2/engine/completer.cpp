@@ -3,6 +3,7 @@
 // ACKs are cumulative and a response implicitly acknowledges every earlier request
 // (IBA 9.7.5.1.2); a response that skips an outstanding READ or atomic means that
 // response was lost, so the READ / atomic is asked for again.
+#include <algorithm>
 #include <cstring>
 
 #include "rocev2/engine/engine_impl.h"
@@ -21,6 +22,7 @@ void Engine::Impl::on_response(Qp& qp, const TransportPacket& p, Instant now) {
     return;
   }
   if (f.has(OpcodeFlags::kReadResponse)) {
+    keep_ack_timer_alive(qp, now);
     on_read_response(qp, p, now);
   } else if (f.has(OpcodeFlags::kAtomicAck)) {
     on_atomic_ack(qp, p, now);
@@ -36,6 +38,21 @@ void Engine::Impl::on_response(Qp& qp, const TransportPacket& p, Instant now) {
     }
   }
   pump(qp, now);
+}
+
+// A READ response for an outstanding PSN shows the responder alive, whether or not it is
+// the one awaited: the ACK timer starts again (rxe re-arms its retransmit timer after every
+// batch of responses it takes, useful or not). On a loaded host the responses that answer
+// a re-request can sit behind thousands of older ones, past the same gap, in the TAP's
+// queue; a timer counting from the last useful response then expired while the answer was
+// already on its way, spent a retry, and restarted the stream again: seven of those in a
+// row ended an 8 MiB READ under 5% loss in RETRY_EXC_ERR (issue 27). A stream that stops
+// (the responder died, or its last responses were lost) still times out a period later;
+// one that keeps coming is bounded by the READ's length.
+void Engine::Impl::keep_ack_timer_alive(Qp& qp, Instant now) {
+  Requester& r = qp.req;
+  r.read_response_heard = true;
+  if (r.retransmit_deadline && !r.rnr_deadline) restart_ack_timer(qp, now);
 }
 
 // Completes, in order, every WQE wholly acknowledged by `last`. Stops at a READ or atomic
@@ -74,6 +91,7 @@ void Engine::Impl::after_progress(Qp& qp, Instant now) {
   if (transmit_budget_ < kTransmitBudget) ++transmit_budget_;
   r.retries_left = qp.attr.retry_cnt;
   r.rnr_retries_left = qp.attr.rnr_retry;
+  if (r.gap_retry_psn) note_answer_began(r);
   r.gap_retry_psn.reset();
   if (r.next_psn.before(r.comp_psn)) {
     r.next_send = 0;
@@ -102,20 +120,56 @@ void Engine::Impl::fail_front(Qp& qp, WcStatus status, std::string_view cause) {
   enter_error(qp, cause, std::nullopt);
 }
 
-// Ask again for the first missing response of the READ / atomic at the front, once per gap
-// (more responses past the same gap must not trigger more retries).
-void Engine::Impl::retry_missing_response(Qp& qp, Instant now) {
+// Ask again for the first missing response of the READ / atomic at the front, once per gap:
+// the responses past the same gap that the responder sent before it had the new request
+// keep coming, with rising PSNs, and must not trigger more retries. The answer starts again
+// at the gap, so a response at a PSN below one already seen past it means the answer has
+// begun without the missing response (lost again, or the request was, after a timeout):
+// ask again at once, a retry like any other. Only a clear sign counts: this READ's own
+// response right after the gap, when its responses had already reached kReorderMargin
+// further. The answers to later requests, resent behind the READ, come in any PSN order,
+// and a response merely reordered or duplicated on the way is behind the others too (the
+// simulation's reordering link found both, each spending retries). `seen` is the PSN that
+// showed the gap (a response's, or an ACK's + 1).
+// The request itself may be lost too; the responses past the gap then go on to the end of
+// the READ (and keep the ACK timer alive: keep_ack_timer_alive). So once more of them than
+// an answer usually trails by have come (twice the estimate, and at least
+// kMinLateResponses), it is asked for again, without spending a retry (the responder is
+// answering; nothing says it failed), and the estimate doubles, so that a requester merely
+// behind its queue does not ask again and again (each request restarts the answer).
+void Engine::Impl::retry_missing_response(Qp& qp, Psn seen, Instant now) {
   Requester& r = qp.req;
   const SendWqe& w = r.sq.front();
   const Psn from = w.first_psn + w.responses_received;
-  if (r.gap_retry_psn && *r.gap_retry_psn == from) return;
-  if (r.retries_left == 0) {
+  bool spend_retry = true;
+  const bool own = w.contains(seen);  // a response of this READ, not of a later request
+  if (r.gap_retry_psn && *r.gap_retry_psn == from) {
+    if (own && seen == from + 1 && seen.before(r.gap_seen_psn) &&
+        r.gap_seen_psn.distance_from(seen) >= kReorderMargin) {
+      note_answer_began(r);
+    } else {
+      if (own && r.gap_seen_psn.before(seen)) r.gap_seen_psn = seen;
+      if (++r.gap_late <= 2 * r.late_estimate + kMinLateResponses) return;
+      r.late_estimate = 2 * r.late_estimate + kMinLateResponses;
+      spend_retry = false;
+    }
+  }
+  if (spend_retry && r.retries_left == 0) {
     fail_front(qp, WcStatus::RetryExcErr, "transport retry counter exceeded");
     return;
   }
-  --r.retries_left;
+  if (spend_retry) --r.retries_left;
   r.gap_retry_psn = from;
+  r.gap_seen_psn = own ? seen : from;
+  r.gap_late = 0;
   retransmit_from(qp, from, now, "response missing");
+}
+
+// The answer to a re-request began (its first response arrived, or one past it did): the
+// responses that came past the gap meanwhile are what an answer trails by. The estimate
+// follows a larger count at once and a smaller one by an eighth at a time.
+void Engine::Impl::note_answer_began(Requester& r) {
+  r.late_estimate = std::max(r.gap_late, r.late_estimate - r.late_estimate / 8);
 }
 
 // Takes the acknowledgement of everything through `last` that every response carries. False
@@ -126,7 +180,7 @@ bool Engine::Impl::acknowledge_through(Qp& qp, Psn last, Instant now) {
   const AckStop stop = ack_through(qp, last, progressed);
   if (progressed) after_progress(qp, now);
   if (stop == AckStop::Done) return true;
-  retry_missing_response(qp, now);
+  retry_missing_response(qp, last + 1, now);
   return false;
 }
 

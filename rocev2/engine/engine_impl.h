@@ -39,6 +39,13 @@ inline constexpr std::uint32_t kPacketsPerAck = 64;
 // A READ is answered this many response packets per step (ReadStream): 256 KiB at path
 // MTU 4096, so an ib_read_bw message of 64 KiB still goes out in one step.
 inline constexpr std::uint32_t kReadResponsesPerStep = 64;
+// A re-requested READ response whose answer has not begun after 2 * late_estimate +
+// kMinLateResponses later responses past the same gap is asked for again (completer.cpp,
+// retry_missing_response).
+inline constexpr std::uint32_t kMinLateResponses = 128;
+// A READ's own response right after a re-requested gap, arriving once its responses had
+// reached this far past it, shows the answer begun without the missing one.
+inline constexpr std::uint32_t kReorderMargin = 8;
 // Requests kept behind a READ being answered, per QP (each with up to a path MTU of
 // payload). More are dropped, as a full link would drop them; the requester resends.
 inline constexpr std::size_t kMaxWaitingRequests = 256;
@@ -267,7 +274,9 @@ class Engine::Impl {
   bool acknowledge_through(Qp& qp, Psn last, Instant now);
   void after_progress(Qp& qp, Instant now);
   void pop_front(Qp& qp, WcStatus status);
-  void retry_missing_response(Qp& qp, Instant now);
+  void retry_missing_response(Qp& qp, Psn seen, Instant now);
+  void keep_ack_timer_alive(Qp& qp, Instant now);
+  void note_answer_began(Requester& r);
   void on_ack(Qp& qp, const TransportPacket& p, Instant now);
   void on_nak(Qp& qp, const TransportPacket& p, Instant now);
   void on_rnr_nak(Qp& qp, const TransportPacket& p, Instant now);

@@ -59,6 +59,10 @@ struct Requester {
   Deadline rnr_deadline;               // the end of an RNR wait (likewise)
   std::optional<Psn> rnr_resume_psn;   // where to resume when the RNR wait ends
   std::optional<Psn> gap_retry_psn;    // a read-response gap already retried from here
+  Psn gap_seen_psn{};                  // the highest response PSN past it seen since
+  std::uint32_t gap_late = 0;          // responses past it that arrived since it was asked for
+  std::uint32_t late_estimate = 0;     // how many such responses an answer usually trails
+  bool read_response_heard = false;    // a READ response arrived since the last ACK timeout
   bool drain_reported = false;         // SQD: SqDrained sent
   std::string_view retransmit_reason = "retransmission";  // for the observer (static text)
 };

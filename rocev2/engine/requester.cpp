@@ -410,17 +410,30 @@ void Engine::Impl::retransmit_from(Qp& qp, Psn psn, Instant now, std::string_vie
 
 // IBA ch. 9: no response within the local ACK timeout. retry_cnt bounds the number of
 // attempts; the counter is restored whenever the responder shows progress.
+// A READ response taken since the last timeout (each restarts the timer) means the period
+// that just ended began with the responder answering: the silence may be ours, a daemon
+// descheduled on a loaded host with the next responses waiting in its TAP queue (seen in
+// verbs_loss, issue 27: 19 timeouts, the last eight in a row, no silence of the peer's). The
+// timer is armed once more, with nothing sent and no retry spent; a second period with
+// nothing at all retries as before.
 void Engine::Impl::on_timeout(Qp& qp, Instant now) {
   Requester& r = qp.req;
   r.retransmit_deadline.reset();
   if (r.comp_psn == r.high_psn || r.sq.empty()) return;
   ++counters_.timeouts;
+  if (std::exchange(r.read_response_heard, false)) {
+    restart_ack_timer(qp, now);
+    return;
+  }
   cut_transmit_budget(now);
   if (r.retries_left == 0) {
     fail_front(qp, WcStatus::RetryExcErr, "transport retry counter exceeded");
     return;
   }
   --r.retries_left;
+  // After a silence, whatever arrives answers this request: the first response past a gap
+  // in it shows a new gap, to be asked for at once.
+  r.gap_retry_psn.reset();
   retransmit_from(qp, r.comp_psn, now, "local ACK timeout");
 }
 

@@ -37,7 +37,8 @@ NFT
 ACK_TIMEOUT=${RRDMA_LOSS_ACK_TIMEOUT:-14}
 stats_snapshot "$VNIC_A" "$TMPD/a0.json"
 stats_snapshot "$VNIC_B" "$TMPD/b0.json"
-for case_name in rc_send rc_send_imm rc_write rc_write_imm rc_read rc_compare_swap rc_fetch_add; do
+# RRDMA_LOSS_CASES: a subset of the cases, to repeat one (docs/TRANSPORT.md, the READ under load).
+for case_name in ${RRDMA_LOSS_CASES:-rc_send rc_send_imm rc_write rc_write_imm rc_read rc_compare_swap rc_fetch_add}; do
   log "case $case_name"
   run_pair "$case_name" 400 --case "$case_name" --seed "$ID_NUM" --ack-timeout "$ACK_TIMEOUT" \
     ${RRDMA_LOSS_SIZES:+--sizes "$RRDMA_LOSS_SIZES"}
