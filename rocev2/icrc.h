@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "rocev2/opcode.h"
+#include "stack/addresses.h"
 #include "stack/bytes.h"
 
 namespace rrdma::rocev2 {
@@ -68,5 +69,68 @@ IcrcError verify_icrc(ByteSpan ipv4_packet);
 // checksum are covered). False, and nothing written, if the packet is too short for its
 // headers, the pad its BTH announces and the ICRC. The sender's last step (encap.h).
 bool seal_icrc(MutableByteSpan ipv4_packet);
+
+// ---- Receiving through the kernel's UDP socket (rrdma-vnic up --netdev) ----
+//
+// A UDP socket hands its reader the payload, the addresses and the ports, but never the
+// IPv4 header, and the ICRC covers some of what only that header says. The receiver
+// rebuilds the header as a RoCE sender writes it: version 4, IHL 5, total length
+// 28 + UDP payload, DF set, fragment offset 0, protocol 17, the addresses it was given (TOS,
+// TTL and checksum are masked, so they do not matter to the ICRC). The one covered field it
+// cannot know is the 16-bit identification: our own netdev peers send 0, Linux rdma_rxe
+// sends hashed values nobody can predict (docs/WIRE.md, "Receiving through the kernel's
+// UDP: what of the ICRC is verified").
+//
+// CRC-32 is affine over GF(2), so the ICRC of the packet with the true ID differs from the
+// ICRC computed with ID 0 by the CRC of the ID's two bytes alone, carried through the k
+// bytes that follow them (a multiplication by x^(8k) modulo the polynomial).
+// verify_icrc_hidden_id undoes that multiplication and accepts when what remains is what
+// two bytes fed into a zero CRC register can give, which also names the ID. The cost of
+// not knowing the ID: of the 2^32 ICRC values, 2^16 now pass, so a random corruption of a
+// covered field goes undetected with probability 2^-16 (1 in 65536) instead of 2^-32.
+// Which patterns slip through depends on their distance from the ID only: every single-bit
+// error is still caught in payloads of up to 26,744 bytes, bursts no longer all are. A
+// packet whose ID is 0 checks with one CRC as verify_icrc does; only on a mismatch is the
+// ID solved for (a few table look-ups and two GF(2) multiplications; bench/icrc_bench.cpp).
+// A sender that leaves DF clear (no RoCE sender we know) or sends IPv4 options fails.
+
+struct HiddenHeaderFields {
+  stack::Ipv4Address source, destination;
+  std::uint16_t source_port = 0, destination_port = 0;
+  // Masked by the ICRC: only written into the rebuilt header (IP_RECVTOS, IP_RECVTTL give
+  // them), where UD receivers see them in the GRH.
+  std::uint8_t tos = 0, ttl = 64;
+};
+
+// The largest UDP payload an IPv4 datagram can carry (its total length is 16 bits).
+inline constexpr std::size_t kMaxIpv4UdpPayload = 65535 - 20 - 8;
+
+using Ipv4HeaderBytes = std::array<std::uint8_t, 20>;
+using UdpHeaderBytes = std::array<std::uint8_t, 8>;
+
+// The IPv4 header a RoCE sender wrote for this datagram, as above, with the given
+// identification and a correct header checksum (libibverbs' ibv_init_ah_from_wc and the
+// kernel's ib_get_rdma_header_version check it to tell IPv4 from IPv6 in a UD GRH).
+// nullopt if `udp_payload_length` exceeds kMaxIpv4UdpPayload. The one definition of the reconstruction: the ICRC check uses it, and
+// the netdev port passes it on as the packet's IPv4 header (PacketSource::ipv4_header).
+std::optional<Ipv4HeaderBytes> reconstructed_ipv4_header(const HiddenHeaderFields& fields,
+                                                         std::size_t udp_payload_length,
+                                                         std::uint16_t identification);
+// The UDP header (checksum 0: masked by the ICRC, and the kernel has checked it). Same limit.
+std::optional<UdpHeaderBytes> reconstructed_udp_header(const HiddenHeaderFields& fields,
+                                                       std::size_t udp_payload_length);
+
+struct HiddenIdIcrc {
+  IcrcError error = IcrcError::mismatch;
+  // When error is none: the identification the sender must have used (0 on the fast path).
+  std::uint16_t identification = 0;
+};
+
+// Checks the ICRC at the end of `udp_payload` (one datagram's payload: BTH .. ICRC) for the
+// reconstructed headers and every 16-bit identification. `truncated` if the payload cannot
+// hold a BTH and an ICRC or is longer than kMaxIpv4UdpPayload (nothing outside it is read);
+// `mismatch` if no identification makes the ICRC check; else none and the identification.
+// A GRO batch must be split into its datagrams first: each has its own IPv4 header.
+HiddenIdIcrc verify_icrc_hidden_id(const HiddenHeaderFields& fields, ByteSpan udp_payload);
 
 }  // namespace rrdma::rocev2

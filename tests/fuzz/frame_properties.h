@@ -9,7 +9,10 @@
 //    only where the parser normalises: reserved bits, IPv4 options, a non-zero UDP checksum,
 //    Ethernet padding, pad contents);
 //  - the GSI endpoint's check (rocev2/gsi.h) takes from an accepted frame for QP 0 or 1 only
-//    a 256-byte MAD, and takes the packet it would send with that MAD itself.
+//    a 256-byte MAD, and takes the packet it would send with that MAD itself;
+//  - the ICRC check without the IPv4 header (verify_icrc_hidden_id, the netdev port's) returns,
+//    refuses payloads shorter than a BTH and an ICRC, and an identification it accepts is
+//    one with which the rebuilt IPv4 packet verifies with verify_icrc.
 // Returns a description of the first property that fails, or nullptr. gsi_seed_frame() is a
 // MAD to QP 1 for the seed corpus: no capture in tests/data has GSI traffic yet.
 #pragma once
@@ -37,8 +40,41 @@ inline bool inside(ByteSpan part, ByteSpan whole) {
   return part.empty() || (part.data() >= whole.data() && part.data() + part.size() <= whole.data() + whole.size());
 }
 
+inline const char* check_hidden_id(const rocev2::HiddenHeaderFields& fields, ByteSpan udp_payload) {
+  using namespace rocev2;
+  const HiddenIdIcrc verdict = verify_icrc_hidden_id(fields, udp_payload);
+  if (udp_payload.size() < kBthLength + kIcrcLength && verdict.error != IcrcError::truncated)
+    return "hidden_id: a payload too short for a BTH and an ICRC is not refused";
+  if (verdict.error != IcrcError::none) return nullptr;
+  const auto ip = reconstructed_ipv4_header(fields, udp_payload.size(), verdict.identification);
+  const auto udp = reconstructed_udp_header(fields, udp_payload.size());
+  if (!ip || !udp) return "hidden_id: verified a payload whose headers cannot be rebuilt";
+  std::vector<std::uint8_t> packet(ip->size() + udp->size() + udp_payload.size());
+  const auto at_udp = std::copy(ip->begin(), ip->end(), packet.begin());
+  std::copy(udp_payload.begin(), udp_payload.end(), std::copy(udp->begin(), udp->end(), at_udp));
+  if (verify_icrc(packet) != IcrcError::none) return "hidden_id: the identification found does not verify";
+  return nullptr;
+}
+
+// The addresses, ports, TOS and TTL from where an Ethernet + IPv4 (IHL 5) + UDP frame keeps
+// them, and what follows as the UDP payload: the capture seeds then reach the solve with
+// rxe's hashed IDs. Shorter inputs are taken whole as a payload.
+inline const char* check_hidden_id_properties(ByteSpan input) {
+  constexpr std::size_t kIp = 14, kUdp = kIp + 20, kPayload = kUdp + 8;
+  if (input.size() < kPayload) return check_hidden_id({}, input);
+  rocev2::HiddenHeaderFields f;
+  f.source = stack::Ipv4Address{load_be32(input, kIp + 12)};
+  f.destination = stack::Ipv4Address{load_be32(input, kIp + 16)};
+  f.source_port = load_be16(input, kUdp);
+  f.destination_port = load_be16(input, kUdp + 2);
+  f.tos = input[kIp + 1];
+  f.ttl = input[kIp + 8];
+  return check_hidden_id(f, input.subspan(kPayload));
+}
+
 inline const char* check_frame_properties(ByteSpan input) {
   using namespace rocev2;
+  if (const char* failed = check_hidden_id_properties(input)) return failed;
   // The layers below on their own, whatever the bytes.
   TransportPacket loose;
   if (parse_transport(input, loose) == TransportError::none && !inside(loose.payload, input))

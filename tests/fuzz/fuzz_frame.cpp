@@ -1,5 +1,6 @@
-// libFuzzer target over the whole-frame parser, the ICRC check and the GSI endpoint's check:
-// see frame_properties.h for what it asserts. Built by tests/fuzz/run-fuzz.sh (clang-14,
+// libFuzzer target over the whole-frame parser, the ICRC checks (with the IPv4 header, and
+// without it as the kernel's UDP socket delivers: verify_icrc_hidden_id) and the GSI
+// endpoint's check: see frame_properties.h for what it asserts. Built by tests/fuzz/run-fuzz.sh (clang-14,
 // ASan + UBSan).
 #include <cstdio>
 #include <cstdlib>

@@ -1,9 +1,9 @@
 #!/bin/bash
 # Builds the libFuzzer targets with clang-14 (libFuzzer, ASan, UBSan; the libraries are
 # instrumented too) in their own build directory and runs each for a bounded time:
-#   fuzz_frame          the whole-frame parser, the ICRC and the GSI check (seeds: every frame
-#                       of the rxe captures in tests/data, a MAD to QP 1, and the ConnectX
-#                       CNP of CAPTURES.md)
+#   fuzz_frame          the whole-frame parser, the ICRC (also without the IPv4 header) and the
+#                       GSI check (seeds: every frame of the rxe captures in tests/data, a MAD
+#                       to QP 1, and the ConnectX CNP of CAPTURES.md)
 #   fuzz_admin_json     the control socket's admin JSON requests (answer(), the trace filter)
 #   fuzz_control_frame  the control socket's verbs frames with lying fd counts
 #   fuzz_nic_requests   scripts of verbs requests to the daemon's Nic (Nic::handle)
