@@ -42,16 +42,6 @@ std::string bind_error(const std::string& netdev, int error) {
   return "cannot bind UDP port 4791 on " + netdev + ": " + std::strerror(error);
 }
 
-void put16(std::uint8_t* at, std::uint16_t value) {
-  at[0] = static_cast<std::uint8_t>(value >> 8);
-  at[1] = static_cast<std::uint8_t>(value);
-}
-
-void put32(std::uint8_t* at, std::uint32_t value) {
-  put16(at, static_cast<std::uint16_t>(value >> 16));
-  put16(at + 2, static_cast<std::uint16_t>(value));
-}
-
 stack::Ipv4Address from_in_addr(in_addr address) { return stack::Ipv4Address{ntohl(address.s_addr)}; }
 
 in_addr to_in_addr(stack::Ipv4Address address) { return in_addr{htonl(address.value)}; }
@@ -89,23 +79,11 @@ int open_roce_socket(const std::string& netdev) {
   return fd;
 }
 
-KernelUdpHeaders kernel_udp_headers(stack::Ipv4Address source, std::uint16_t source_port,
-                                    stack::Ipv4Address destination, std::uint16_t destination_port,
-                                    std::size_t udp_payload_length, std::uint16_t id) {
-  KernelUdpHeaders h;
-  const std::size_t udp_length = 8 + udp_payload_length;
-  h.ipv4[0] = 0x45;  // version 4, IHL 5: the kernel's UDP adds no options
-  put16(&h.ipv4[2], static_cast<std::uint16_t>(20 + udp_length));
-  put16(&h.ipv4[4], id);
-  h.ipv4[6] = 0x40;  // DF, fragment offset 0
-  h.ipv4[8] = rocev2::kRoceTtl;
-  h.ipv4[9] = 17;    // UDP
-  put32(&h.ipv4[12], source.value);
-  put32(&h.ipv4[16], destination.value);
-  put16(&h.udp[0], source_port);
-  put16(&h.udp[2], destination_port);
-  put16(&h.udp[4], static_cast<std::uint16_t>(udp_length));
-  return h;
+KernelUdpHeaders kernel_udp_headers(const rocev2::HiddenHeaderFields& fields, std::size_t udp_payload_length,
+                                    std::uint16_t id) {
+  // The caller keeps datagrams below the MTU, far below the 16-bit length these refuse.
+  return {rocev2::reconstructed_ipv4_header(fields, udp_payload_length, id).value_or(rocev2::Ipv4HeaderBytes{}),
+          rocev2::reconstructed_udp_header(fields, udp_payload_length).value_or(rocev2::UdpHeaderBytes{})};
 }
 
 NetdevPort::NetdevPort(EventLoop& loop, int socket, std::size_t unpaced_reserve)
@@ -136,20 +114,24 @@ void NetdevPort::receive(const Datagram& datagram, Instant now) {
     ++counters_.rx_malformed;
     return;
   }
-  const stack::Ipv4Address source = from_in_addr(datagram.source.sin_addr);
-  const std::uint16_t source_port = ntohs(datagram.source.sin_port);
-  KernelUdpHeaders headers = kernel_udp_headers(source, source_port, destination, rocev2::kRoceV2Port, transport.size());
-  const ByteSpan covered = transport.first(transport.size() - rocev2::kIcrcLength);
-  const auto icrc = rocev2::compute_icrc(headers.ipv4, headers.udp, covered);
-  if (!icrc || *icrc != rocev2::load_icrc(transport.last(rocev2::kIcrcLength))) {
-    ++counters_.rx_bad_icrc;
-    return;
+  rocev2::HiddenHeaderFields fields;
+  fields.source = from_in_addr(datagram.source.sin_addr);
+  fields.destination = destination;
+  fields.source_port = ntohs(datagram.source.sin_port);
+  fields.destination_port = rocev2::kRoceV2Port;
+  fields.tos = datagram.tos;
+  fields.ttl = datagram.ttl;
+  const rocev2::HiddenIdIcrc verdict = rocev2::verify_icrc_hidden_id(fields, transport);
+  switch (verdict.error) {
+    case rocev2::IcrcError::none: break;
+    case rocev2::IcrcError::truncated: ++counters_.rx_malformed; return;
+    case rocev2::IcrcError::mismatch: ++counters_.rx_bad_icrc; return;
   }
-  headers.ipv4[1] = datagram.tos;
-  headers.ipv4[8] = datagram.ttl;
+  if (verdict.identification != 0) ++counters_.rx_icrc_id_recovered;
+  const KernelUdpHeaders headers = kernel_udp_headers(fields, transport.size(), verdict.identification);
   if (tap_) tap_(headers, transport, false);
   received_ipv4_ = headers.ipv4;
-  deliver(transport, rocev2::PacketSource{source, source_port, received_ipv4_}, now);
+  deliver(transport, rocev2::PacketSource{fields.source, fields.source_port, received_ipv4_}, now);
 }
 
 bool NetdevPort::transmit(const rocev2::OutgoingPacket& out, std::uint16_t, Instant now) {
@@ -176,7 +158,14 @@ bool NetdevPort::transmit(const rocev2::OutgoingPacket& out, std::uint16_t, Inst
   }
   const MutableByteSpan datagram = slot.first(length);
   payload->write(datagram.first(payload->length()));
-  const KernelUdpHeaders headers = kernel_udp_headers(source, rocev2::kRoceV2Port, out.dest, rocev2::kRoceV2Port, length);
+  rocev2::HiddenHeaderFields fields;
+  fields.source = source;
+  fields.destination = out.dest;
+  fields.source_port = rocev2::kRoceV2Port;
+  fields.destination_port = rocev2::kRoceV2Port;
+  fields.tos = out.traffic_class;
+  fields.ttl = rocev2::kRoceTtl;
+  const KernelUdpHeaders headers = kernel_udp_headers(fields, length, 0);
   const auto icrc = rocev2::compute_icrc(headers.ipv4, headers.udp, datagram.first(payload->length()));
   const auto bytes = rocev2::icrc_bytes(icrc.value_or(0));
   std::copy(bytes.begin(), bytes.end(), datagram.begin() + static_cast<std::ptrdiff_t>(payload->length()));

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "rocev2/icrc.h"
 #include "stack/addresses.h"
 #include "vnic/event_loop.h"
 #include "vnic/roce_port.h"
@@ -28,17 +29,17 @@ namespace rrdma::vnic {
 // by rdma_rxe or another daemon, no such interface...).
 int open_roce_socket(const std::string& netdev);
 
-// The 20-byte IPv4 header and 8-byte UDP header a datagram of `udp_payload_length` bytes
-// carries between `source` and `destination` when the kernel sends it from an unconnected
-// socket with DF set: identification `id` (0 from such a socket), TOS, TTL and the
-// checksums 0 (the ICRC masks them). What the ICRC is computed over, on both sides.
+// The IPv4 and UDP headers a datagram of `udp_payload_length` bytes carries when the kernel
+// sends it from an unconnected socket with DF set (identification 0; a peer such as rdma_rxe
+// picks its own, which the ICRC check recovers): rocev2::reconstructed_ipv4_header and
+// reconstructed_udp_header. What the ICRC is computed over, on both sides, and what
+// `capture` shows.
 struct KernelUdpHeaders {
-  std::array<std::uint8_t, 20> ipv4{};
-  std::array<std::uint8_t, 8> udp{};
+  rocev2::Ipv4HeaderBytes ipv4{};
+  rocev2::UdpHeaderBytes udp{};
 };
-KernelUdpHeaders kernel_udp_headers(stack::Ipv4Address source, std::uint16_t source_port,
-                                    stack::Ipv4Address destination, std::uint16_t destination_port,
-                                    std::size_t udp_payload_length, std::uint16_t id = 0);
+KernelUdpHeaders kernel_udp_headers(const rocev2::HiddenHeaderFields& fields, std::size_t udp_payload_length,
+                                    std::uint16_t id);
 
 class NetdevPort final : public RoceEndpoint {
  public:
@@ -72,7 +73,7 @@ class NetdevPort final : public RoceEndpoint {
   PacketTap tap_;
   std::size_t mtu_ = 0;
   std::vector<std::uint8_t> scratch_;        // a datagram waiting for a transmit slot
-  std::array<std::uint8_t, 20> received_ipv4_{};  // PacketSource::ipv4_header of the packet delivered
+  rocev2::Ipv4HeaderBytes received_ipv4_{};  // PacketSource::ipv4_header of the packet delivered
 };
 
 }  // namespace rrdma::vnic
