@@ -129,9 +129,23 @@ run_pair() {
   log "  $name: ok"
 }
 
-log "RDMA between the two interfaces' own addresses"
+log "RDMA between the two interfaces' own addresses (the owner captures and traces it)"
+mkdir -p "$TMPD/owner" && chown "$USER_ID" "$TMPD/owner"
+"${AS_A[@]}" timeout 100 "$RRDMA_VNIC" capture rr0 -w "$TMPD/owner/rr0.pcap" >"$TMPD/capture.out" 2>"$TMPD/capture.err" &
+CAPTURE=$!
+"${AS_A[@]}" timeout 100 "$RRDMA_VNIC" trace rr0 --layer roce >"$TMPD/trace.out" 2>&1 &
+TRACE=$!
+register_pid "$CAPTURE"
+register_pid "$TRACE"
+sleep 1
 run_pair rc_pingpong ibv_rc_pingpong -d rr0 -g 0 -n 200 -- ibv_rc_pingpong -d rr1 -g 0 -n 200 "$IP_A" &&
   grep -q "200 iters" "$TMPD/rc_pingpong.client" || fail_case "rc_pingpong: no iteration count"
+kill -INT "$CAPTURE" "$TRACE" 2>/dev/null
+wait "$CAPTURE" "$TRACE" 2>/dev/null
+VALUE=$(tr ' ' '\n' <"$TMPD/capture.out" | sed -n 's/^frames_written=//p')
+[[ "$VALUE" =~ ^[0-9]+$ ]] && (( VALUE >= 1000 )) || fail_case "capture as the owner: $(cat "$TMPD/capture.out" "$TMPD/capture.err")"
+grep -q "RC Send" <<<"$(tshark -r "$TMPD/owner/rr0.pcap" 2>/dev/null)" || fail_case "tshark does not read RC sends in the owner's capture"
+grep -q "roce  RC SEND" "$TMPD/trace.out" || fail_case "trace as the owner: $(head -c 300 "$TMPD/trace.out")"
 run_pair write_bw ib_write_bw -d rr0 -x 0 -s 65536 -n 200 -- ib_write_bw -d rr1 -x 0 -s 65536 -n 200 "$IP_A"
 run_pair rping rping -s -a "$IP_A" -C 20 -v -- rping -c -a "$IP_A" -C 20 -v &&
   expect_eq "$(grep -c 'ping data' "$TMPD/rping.client")" 20 "rping lines"
