@@ -20,6 +20,7 @@ namespace {
 using rrdma::vnic::Outcome;
 
 constexpr const char* kExamples = R"(Examples:
+  rrdma-vnic up --name rr0 --netdev eth0          # as any user: RDMA on eth0's own address
   rrdma-vnic up --name rv0 --ip 10.66.0.10/24 --bridge br-rdma --create-bridge
   rrdma-vnic status rv0
   rrdma-vnic stats rv0 --json
@@ -31,6 +32,8 @@ constexpr const char* kExamples = R"(Examples:
 Run `rrdma-vnic SUBCOMMAND --help` for the options of each subcommand.)";
 
 constexpr const char* kUpExamples = R"(Examples:
+  # RDMA on eth0, as an ordinary user: RoCE v2 through the kernel's UDP on eth0's addresses
+  rrdma-vnic up --name rr0 --netdev eth0
   # a vnic on a new bridge br-rdma, detached; returns once the vnic answers
   rrdma-vnic up --name rv0 --ip 10.66.0.10/24 --bridge br-rdma --create-bridge
   # on an existing bridge, with the physical uplink eth1 added to it and a gateway
@@ -39,9 +42,15 @@ constexpr const char* kUpExamples = R"(Examples:
   rrdma-vnic up --name rv1 --ip 10.66.0.11/24 --mtu 9000 --mac 02:00:00:00:00:11 --foreground
   # one program may hold up to 5000 QPs (each costs the daemon 3 descriptors)
   rrdma-vnic up --name rv2 --ip 10.66.0.12/24 --max-qps-per-process 5000
-The vnic is a host behind the TAP: it has its own MAC and the IP address; the kernel's
-side of the TAP gets neither an address nor the vnic's MAC and is only a bridge port.
-Needs CAP_NET_ADMIN. State lives in /run/rrdma/NAME.{pid,sock,state,log}.)";
+Two kinds of device:
+  --netdev IF  RDMA as a second personality of IF: the kernel does ARP, routing and IP, TCP
+               and RDMA share IF's addresses (GIDs), the port follows IF's state and MTU.
+               Needs no privilege, only that UDP port 4791 is free (no rdma_rxe here).
+  --ip ...     a host of its own behind a TAP (add --bridge to join a bridge): its own MAC
+               and address; the kernel's side of the TAP is only a bridge port. Needs
+               CAP_NET_ADMIN.
+State lives in /run/rrdma (root), else $XDG_RUNTIME_DIR/rrdma or /tmp/rrdma-UID (0700), or
+$RRDMA_RUN_DIR: NAME.{pid,sock,state,log}.)";
 
 // Digits (and, with a unit, a size suffix after them). CLI11 alone would wrap "-3" into a
 // huge unsigned number, and its own range check prints its limits as doubles.
@@ -121,8 +130,9 @@ int run_list(bool json) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"rrdma-vnic: a software RDMA NIC. `up` creates a TAP interface behind which a daemon\n"
-               "answers ARP, ICMP and RoCE v2 as a host of its own on your bridge.",
+  CLI::App app{"rrdma-vnic: a software RDMA NIC. `up --bridge` creates a TAP interface behind which a daemon\n"
+               "answers ARP, ICMP and RoCE v2 as a host of its own on your bridge (root); `up --netdev`\n"
+               "gives an interface you already have RDMA beside its TCP/IP, as rdma_rxe does (any user).",
                "rrdma-vnic"};
   app.footer(kExamples);
   app.require_subcommand(1);
@@ -131,10 +141,16 @@ int main(int argc, char** argv) {
   bool foreground = false;
   auto* up = app.add_subcommand("up", "Create a vnic and start its daemon");
   up->footer(kUpExamples);
-  up->add_option("--name", up_args.name, "Interface name of the TAP, also the vnic's name (1-15 chars)")->required();
-  up->add_option("--ip", up_args.ip, "The vnic's IPv4 address and prefix length, e.g. 10.66.0.10/24 (its RoCE v2 GID)")->required();
+  up->add_option("--name", up_args.name, "The RDMA device's name (1-15 chars); with --ip also its TAP's")->required();
+  auto* netdev = up->add_option("--netdev", up_args.netdev,
+                                "RDMA on this existing interface, through the kernel's UDP (no TAP, no privilege)");
+  auto* ip = up->add_option("--ip", up_args.ip, "The vnic's IPv4 address and prefix length, e.g. 10.66.0.10/24 (its RoCE v2 GID)");
+  ip->excludes(netdev);
+  up->callback([ip, netdev] {
+    if (ip->count() == 0 && netdev->count() == 0) throw CLI::RequiredError("--ip or --netdev");
+  });
   up->add_option("--mac", up_args.mac, "The vnic's MAC (default: a stable locally administered MAC derived from NAME)");
-  up->add_option("--mtu", up_args.mtu, "IP MTU of the vnic and its TAP, 576..9000")->capture_default_str();
+  auto* mtu = up->add_option("--mtu", up_args.mtu, "IP MTU of the vnic and its TAP, 576..9000")->capture_default_str();
   auto* bridge = up->add_option("--bridge", up_args.bridge, "Bridge to attach the TAP to as a port");
   up->add_flag("--create-bridge", up_args.create_bridge, "Create BR if it does not exist (removed again by `down`)")->needs(bridge);
   up->add_option("--uplink", up_args.uplink, "Interface to add to BR as well, e.g. a physical NIC")->needs(bridge);
@@ -183,7 +199,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  if (up->parsed()) return run_up(up_args, foreground);
+  if (up->parsed()) {
+    up_args.mtu_given = mtu->count() > 0;
+    return run_up(up_args, foreground);
+  }
   if (down->parsed()) return finish(rrdma::vnic::stop_vnic(name));
   if (list->parsed()) return run_list(json);
   if (status->parsed()) return run_query(name, "status", json);

@@ -102,6 +102,8 @@ class FrameCapture {
   }
 
   bool capturing() const { return session_fd_ >= 0; }
+  // A capture or the tracer wants frames (on_frame does nothing otherwise).
+  bool watching() const { return watching_; }
   const CaptureCounters& counters() const { return counters_; }
 
  private:

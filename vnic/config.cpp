@@ -151,11 +151,45 @@ stack::MacAddress derive_tap_mac(std::string_view name, const stack::MacAddress&
   return mac;
 }
 
+namespace {
+
+// `up --netdev`: the interface gives the address, MAC and MTU; the options that make a TAP
+// host of its own have no meaning.
+Validated validate_netdev(const UpArguments& args) {
+  if (!is_valid_interface_name(*args.netdev)) return refuse("bad interface name '" + *args.netdev + "'");
+  const std::pair<bool, const char*> tap_only[] = {
+      {!args.ip.empty(), "--ip"},         {args.mac.has_value(), "--mac"},     {args.mtu_given, "--mtu"},
+      {args.bridge.has_value(), "--bridge"}, {args.create_bridge, "--create-bridge"},
+      {args.uplink.has_value(), "--uplink"}, {args.gateway.has_value(), "--gateway"}};
+  for (const auto& [given, flag] : tap_only) {
+    if (given) {
+      return refuse(std::string(flag) + " cannot go with --netdev: the interface " + *args.netdev +
+                    " has its own address, MAC and MTU");
+    }
+  }
+  if (args.group && !is_valid_group_name(*args.group)) return refuse("bad group name '" + *args.group + "'");
+  if (auto error = check_quotas(args.quotas); !error.empty()) return refuse(error);
+  if (args.busy_poll_us > kMaxBusyPollMicroseconds) {
+    return refuse("bad --busy-poll-us " + std::to_string(args.busy_poll_us) + ": expected 0.." +
+                  std::to_string(kMaxBusyPollMicroseconds));
+  }
+  VnicConfig config;
+  config.name = args.name;
+  config.netdev = args.netdev;
+  config.group = args.group;
+  config.quotas = args.quotas;
+  config.busy_poll_us = args.busy_poll_us;
+  return {std::move(config), {}};
+}
+
+}  // namespace
+
 Validated validate(const UpArguments& args) {
   if (!is_valid_interface_name(args.name)) {
     return refuse("bad name '" + args.name +
                   "': 1 to 15 characters of letters, digits, '-', '_' or '.'");
   }
+  if (args.netdev) return validate_netdev(args);
   const auto cidr = stack::Ipv4Cidr::parse(args.ip);
   if (auto error = check_address(args, cidr); !error.empty()) return refuse(error);
   if (args.mtu < kMinMtu || args.mtu > kMaxMtu) {

@@ -64,6 +64,10 @@ struct VnicConfig {
   // How long the daemon's loop keeps looking for work after the last before sleeping, while
   // some CPU is idle (docs/PERFORMANCE.md, "Latency experiments"); zero: it sleeps at once.
   std::uint32_t busy_poll_us = 0;
+  // `up --netdev IF`: RoCE v2 on an existing interface through the kernel's UDP; no TAP, no
+  // bridge, no address of our own (mac, tap_mac, address and mtu are then the interface's,
+  // read by the daemon). Needs no privilege.
+  std::optional<std::string> netdev;
 };
 
 // The arguments as text, before any check.
@@ -79,6 +83,8 @@ struct UpArguments {
   std::optional<std::string> group;
   QuotaOverrides quotas;            // range-checked by validate()
   std::uint32_t busy_poll_us = 0;
+  std::optional<std::string> netdev;
+  bool mtu_given = false;           // --mtu was on the command line
 };
 
 // Either a config or the one-line reason the arguments are refused.

@@ -153,7 +153,7 @@ ControlServer::ControlServer(std::filesystem::path path, EventLoop& loop, Reques
   const sockaddr_un address = address_of(path_);
   ::unlink(path_.c_str());
   if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::chmod(path_.c_str(), 0660) != 0 || (group && ::chown(path_.c_str(), 0, *group) != 0) ||
+      ::chmod(path_.c_str(), 0660) != 0 || (group && ::chown(path_.c_str(), static_cast<uid_t>(-1), *group) != 0) ||
       ::listen(listen_fd_, 16) != 0) {
     const int error = errno;
     ::close(listen_fd_);
@@ -350,7 +350,7 @@ bool ControlServer::serve_admin(int fd) {
   }
   const auto request = nlohmann::json::parse(message, nullptr, /*allow_exceptions=*/false);
   if (const auto cmd = command_of(request)) {
-    if (auto refusal = refusal_for(*cmd, peer.uid)) {
+    if (auto refusal = refusal_for(*cmd, peer.uid, ::geteuid())) {
       ++counters_.commands_refused;
       return send_reply(fd, error_reply(std::move(*refusal)));
     }

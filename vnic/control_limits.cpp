@@ -28,12 +28,13 @@ std::optional<std::size_t> unsigned_field(const nlohmann::json& object, const ch
 
 }  // namespace
 
-std::optional<std::string> refusal_for(std::string_view cmd, uid_t uid) {
-  if (uid == 0) return std::nullopt;
+std::optional<std::string> refusal_for(std::string_view cmd, uid_t uid, uid_t owner) {
+  if (uid == 0 || uid == owner) return std::nullopt;
   if (std::find(kMemberCommands.begin(), kMemberCommands.end(), cmd) != kMemberCommands.end()) {
     return std::nullopt;
   }
-  return "only root may " + what_only_root_may(cmd) + "; uid " + std::to_string(uid) +
+  const std::string who = owner == 0 ? "root" : "root and uid " + std::to_string(owner) + " (the vnic's owner)";
+  return "only " + who + " may " + what_only_root_may(cmd) + "; uid " + std::to_string(uid) +
          " may use the NIC and read its status and stats";
 }
 

@@ -24,7 +24,9 @@
 namespace rrdma::vnic {
 
 // nullopt when `uid` may run the admin command `cmd`; else the sentence that refuses it.
-std::optional<std::string> refusal_for(std::string_view cmd, uid_t uid);
+// `owner`: the uid the daemon runs as (an ordinary user's `up --netdev`), who may do what
+// root may to the vnic.
+std::optional<std::string> refusal_for(std::string_view cmd, uid_t uid, uid_t owner = 0);
 
 // A token bucket: `burst` lines at once, then `per_second` lines a second. What it holds
 // back is counted, and the next line it lets through says how many went unsaid.

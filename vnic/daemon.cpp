@@ -1,6 +1,9 @@
 #include "vnic/daemon.h"
 
+#include <arpa/inet.h>
 #include <grp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -22,8 +25,9 @@
 #include "vnic/event_loop.h"
 #include "vnic/external_changes.h"
 #include "vnic/link.h"
+#include "vnic/ports/netdev_port.h"
 #include "vnic/report.h"
-#include "vnic/roce_port.h"
+#include "vnic/ports/roce_port.h"
 #include "vnic/tap.h"
 #include "vnic/telemetry.h"
 
@@ -124,6 +128,46 @@ class StackResolver final : public verbs::AddressResolver {
   stack::Interface* interface_ = nullptr;
 };
 
+// rdma_resolve_addr's question to the kernel (`up --netdev`): the route the kernel's own UDP
+// would take (a connect() of a datagram socket asks the routing table, sends nothing); the
+// destination is reachable from the port when that route leaves from one of its addresses.
+// The kernel resolves the neighbour when the first datagram goes, as for any UDP socket.
+class KernelResolver final : public verbs::AddressResolver {
+ public:
+  void attach(const NetdevPort& port) { port_ = &port; }
+  Reach reach(stack::Ipv4Address destination, Instant) override {
+    const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return Reach::unroutable;
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(rocev2::kRoceV2Port);
+    to.sin_addr.s_addr = htonl(destination.value);
+    sockaddr_in from{};
+    socklen_t length = sizeof(from);
+    const bool routed = ::connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) == 0 &&
+                        ::getsockname(fd, reinterpret_cast<sockaddr*>(&from), &length) == 0;
+    ::close(fd);
+    if (!routed) return Reach::unroutable;
+    const stack::Ipv4Address source{ntohl(from.sin_addr.s_addr)};
+    const auto& ours = port_->addresses();
+    return std::find(ours.begin(), ours.end(), source) != ours.end() ? Reach::reachable : Reach::unroutable;
+  }
+
+ private:
+  const NetdevPort* port_ = nullptr;
+};
+
+// A datagram as `capture` and `trace` show it: an Ethernet header (no MACs: the kernel
+// chose them) before the IPv4 packet the kernel sent or received.
+std::vector<std::uint8_t> frame_of(const KernelUdpHeaders& headers, ByteSpan payload) {
+  std::vector<std::uint8_t> frame(14, 0);
+  frame[12] = 0x08;  // IPv4
+  frame.insert(frame.end(), headers.ipv4.begin(), headers.ipv4.end());
+  frame.insert(frame.end(), headers.udp.begin(), headers.udp.end());
+  frame.insert(frame.end(), payload.begin(), payload.end());
+  return frame;
+}
+
 // The gid of `up --group`, resolved when the daemon starts.
 std::optional<gid_t> resolve_group(const std::optional<std::string>& name) {
   if (!name) return std::nullopt;
@@ -193,14 +237,19 @@ class Daemon::Impl {
   void attach_bridge(const std::string& bridge_name);
   void attach_uplink(const std::string& uplink_name);
   void create_tap();
+  void open_netdev();
   void start_loop();
+  void start_tap_loop(const EventLoopConfig& loop_config);
+  void start_netdev_loop(EventLoopConfig loop_config);
+  void watch_addresses();
+  void follow_netdev(Instant now);
   void start_nic(std::vector<std::string>& notes);
   void start_rdma_cm();
   void add_nic_timer_sources();
   verbs::Quotas choose_quotas(std::vector<std::string>& notes);
   void watch_link();
   void watch_link_monitor();
-  void set_port_state(const LinkInfo& tap, Instant now);
+  void set_port_state(const LinkInfo& link, Instant now);
   void start_control();
   void watch_signals();
   void record_changes();
@@ -226,6 +275,13 @@ class Daemon::Impl {
   std::optional<stack::Interface> interface_;
   LoopWatcher watcher_;
   std::optional<RocePort> roce_;
+  // `up --netdev`: the interface's ifindex, the UDP port on it and the watch on its
+  // addresses; instead of the TAP, the stack and roce_.
+  int netdev_ifindex_ = 0;
+  std::optional<NetdevPort> netdev_port_;
+  std::optional<AddressWatch> address_watch_;
+  KernelResolver kernel_resolver_;
+  RoceEndpoint* endpoint_ = nullptr;  // roce_ or netdev_port_
   std::optional<verbs::Nic> nic_;
   // QP 1: management datagrams, on the RoCE port beside the Nic; the MADs it accepts go to
   // the connection manager that the rdma_cm device (ucma_) owns.
@@ -250,11 +306,15 @@ Daemon::Impl::Impl(const VnicConfig& config, PidFileLock lock, std::vector<std::
     : config_(config), paths_(RuntimePaths::of(config.name)), lock_(std::move(lock)) {
   try {
     clean_stale(config_.name, notes);
-    if (links_.find(config_.name)) {
+    if (!config_.netdev && links_.find(config_.name)) {
       throw std::runtime_error("an interface named " + config_.name + " already exists");
     }
-    attach_bridge_and_uplink();
-    create_tap();
+    if (config_.netdev) {
+      open_netdev();
+    } else {
+      attach_bridge_and_uplink();
+      create_tap();
+    }
     start_loop();
     start_nic(notes);
     watch_link();
@@ -333,6 +393,22 @@ void Daemon::Impl::create_tap() {
   links_.change(config_.name, change);
 }
 
+// The interface gives the device its GIDs (its IPv4 addresses), node GUID (from its MAC, or
+// the name when it has none) and MTU.
+void Daemon::Impl::open_netdev() {
+  const auto link = links_.find(*config_.netdev);
+  if (!link) throw std::runtime_error("no interface named " + *config_.netdev);
+  netdev_ifindex_ = link->ifindex;
+  const auto addresses = links_.ipv4_addresses(netdev_ifindex_);
+  if (addresses.empty()) {
+    throw std::runtime_error(*config_.netdev + " has no IPv4 address: RoCE v2 needs one as its GID (ip address add ... dev " +
+                             *config_.netdev + ")");
+  }
+  config_.address = addresses.front();
+  config_.mac = link->mac.value_or(derive_mac(config_.name));
+  config_.mtu = static_cast<std::uint16_t>(std::clamp<std::uint32_t>(link->mtu, kMinMtu, 65535));
+}
+
 void Daemon::Impl::start_loop() {
   EventLoopConfig loop_config;
   loop_config.frame_buffer_size = frame_buffer_size(config_.mtu);
@@ -342,6 +418,14 @@ void Daemon::Impl::start_loop() {
   // into the kernel's backlog list.
   loop_config.ring_entries = kTransmitSlots + kReceiveBuffers / 2;
   loop_config.busy_poll = std::chrono::microseconds(config_.busy_poll_us);
+  if (config_.netdev) {
+    start_netdev_loop(loop_config);
+  } else {
+    start_tap_loop(loop_config);
+  }
+}
+
+void Daemon::Impl::start_tap_loop(const EventLoopConfig& loop_config) {
   loop_.emplace(loop_config);
   capture_.emplace(*loop_, [this] { return frame_totals(interface_->counters()); });
   sink_.show_frames_to(*capture_);
@@ -358,6 +442,32 @@ void Daemon::Impl::start_loop() {
     interface_->receive_frame(frame, now);
   });
   loop_->add_timer_source([this](Instant now) { return interface_->poll(now); });
+  roce_.emplace(*interface_);
+  endpoint_ = &*roce_;
+}
+
+// A receive buffer holds the recvmsg header, the source address and the control messages
+// before the datagram.
+void Daemon::Impl::start_netdev_loop(EventLoopConfig loop_config) {
+  constexpr std::size_t kRecvmsgOverhead = 256;
+  loop_config.frame_buffer_size = frame_buffer_size(config_.mtu) + kRecvmsgOverhead;
+  loop_.emplace(loop_config);
+  capture_.emplace(*loop_, [this] {
+    return FrameTotals{loop_->counters().tap_rx_frames, loop_->counters().tap_tx_frames};
+  });
+  netdev_port_.emplace(*loop_, open_roce_socket(*config_.netdev), kUnpacedReserve);
+  netdev_port_->set_addresses({config_.address.address});
+  netdev_port_->set_mtu(config_.mtu);
+  netdev_port_->set_packet_tap([this](const KernelUdpHeaders& headers, ByteSpan payload, bool sent) {
+    if (!capture_->watching()) return;
+    const std::vector<std::uint8_t> frame = frame_of(headers, payload);
+    capture_->on_frame(frame, sent ? FrameDirection::Sent : FrameDirection::Received);
+  });
+  loop_->attach_datagram_socket(netdev_port_->fd(), [this](const Datagram& datagram, Instant now) {
+    netdev_port_->receive(datagram, now);
+  });
+  endpoint_ = &*netdev_port_;
+  kernel_resolver_.attach(*netdev_port_);
 }
 
 // The verbs device on UDP 4791. Its timers (retransmission, RNR waits) and the work it
@@ -365,7 +475,6 @@ void Daemon::Impl::start_loop() {
 void Daemon::Impl::start_nic(std::vector<std::string>& notes) {
   descriptors_ = raise_fd_limit();
   watcher_.attach(*loop_);
-  roce_.emplace(*interface_);
   verbs::NicConfig nic_config;
   nic_config.address = config_.address.address;
   nic_config.mac = config_.mac;
@@ -373,19 +482,19 @@ void Daemon::Impl::start_nic(std::vector<std::string>& notes) {
   nic_config.frame_memory = loop_->receive_memory();
   nic_config.quotas = choose_quotas(notes);
   nic_config.descriptor_budget = descriptors_.usable();
-  nic_.emplace(nic_config, *roce_, watcher_);
+  nic_.emplace(nic_config, *endpoint_, watcher_);
   loop_->on_frames_done([this] {
     if (nic_) nic_->end_of_frames();
   });
-  roce_->attach(&*nic_);
-  gsi_.emplace(*roce_);
-  roce_->attach_gsi(&*gsi_);
+  endpoint_->attach(&*nic_);
+  gsi_.emplace(*endpoint_);
+  endpoint_->attach_gsi(&*gsi_);
   telemetry_.emplace(*loop_, *capture_);
   start_rdma_cm();
-  roce_->set_observer(&*telemetry_);
+  endpoint_->set_observer(&*telemetry_);
   nic_->set_engine_observer(&*telemetry_);
   gsi_->set_observer(&*telemetry_);
-  interface_->set_observer(&*telemetry_);
+  if (interface_) interface_->set_observer(&*telemetry_);
   add_nic_timer_sources();
 }
 
@@ -403,8 +512,12 @@ void Daemon::Impl::start_rdma_cm() {
   config.cm.tid_high = random();
   config.cm.first_comm_id = random();
   cm_mads_.attach(*gsi_);
-  resolver_.attach(*interface_);
-  ucma_.emplace(config, cm_mads_, resolver_, watcher_);
+  verbs::AddressResolver* resolver = &kernel_resolver_;
+  if (interface_) {
+    resolver_.attach(*interface_);
+    resolver = &resolver_;
+  }
+  ucma_.emplace(config, cm_mads_, *resolver, watcher_);
   ucma_->cm().set_observer(&*telemetry_);
   gsi_->set_handler(&ucma_->cm());
   loop_->add_timer_source([this](Instant now) {
@@ -418,6 +531,7 @@ void Daemon::Impl::add_nic_timer_sources() {
     nic_->advance(now);
     return nic_->next_deadline();
   });
+  if (!interface_) return;  // --netdev: the kernel loops packets to our own address back
   // Packets to our own address (QPs of this vnic connected to each other) come back here,
   // the last timer source, so that what the others sent this turn is delivered this turn.
   // They are a batch of received frames like any other: end_of_frames() after it. Having
@@ -466,9 +580,49 @@ verbs::Quotas Daemon::Impl::choose_quotas(std::vector<std::string>& notes) {
 // loop. Active means administratively up with carrier (IFF_UP and IFF_RUNNING).
 // Subscribed first, then asked once: a change made in between arrives as a notification.
 void Daemon::Impl::watch_link() {
-  link_monitor_.emplace(links_, tap_ifindex_);
+  const int ifindex = config_.netdev ? netdev_ifindex_ : tap_ifindex_;
+  link_monitor_.emplace(links_, ifindex);
   watch_link_monitor();
-  if (const auto tap = links_.find(tap_ifindex_)) set_port_state(*tap, Clock::now());
+  if (const auto link = links_.find(ifindex)) set_port_state(*link, Clock::now());
+  if (config_.netdev) watch_addresses();
+}
+
+// `up --netdev`: the GIDs follow the interface's addresses (IBV_EVENT_GID_CHANGE), the port
+// its MTU; an interface that is deleted takes the device with it, as rxe's does.
+void Daemon::Impl::watch_addresses() {
+  if (!address_watch_) address_watch_.emplace();
+  loop_->watch(address_watch_->fd(), [this](Instant now) {
+    bool more = false;
+    if (address_watch_->drain(more)) follow_netdev(now);
+    if (more) {
+      loop_->unwatch(address_watch_->fd());
+      watch_addresses();
+    }
+  });
+}
+
+void Daemon::Impl::follow_netdev(Instant now) {
+  const auto link = links_.find(netdev_ifindex_);
+  if (!link) {
+    log_line("link: " + *config_.netdev + " was deleted: port DOWN; stopping");
+    nic_->set_link(false, now);
+    loop_->stop();
+    return;
+  }
+  std::vector<stack::Ipv4Address> addresses;
+  for (const stack::Ipv4Cidr& cidr : links_.ipv4_addresses(netdev_ifindex_)) addresses.push_back(cidr.address);
+  if (addresses != netdev_port_->addresses()) {
+    std::string listed;
+    for (const auto& address : addresses) listed += " " + address.to_string();
+    log_line("link: " + *config_.netdev + " addresses:" + (listed.empty() ? " none" : listed));
+    netdev_port_->set_addresses(addresses);
+  }
+  if (!addresses.empty()) config_.address.address = addresses.front();
+  config_.mtu = static_cast<std::uint16_t>(std::clamp<std::uint32_t>(link->mtu, kMinMtu, 65535));
+  netdev_port_->set_mtu(config_.mtu);
+  nic_->set_address_and_mtu(config_.address.address, config_.mtu, now);
+  ucma_->set_address_and_mtu(config_.address.address, config_.mtu);
+  set_port_state(*link, now);
 }
 
 // The loop's readiness is edge-triggered (a multishot poll): when drain() leaves datagrams
@@ -476,7 +630,8 @@ void Daemon::Impl::watch_link() {
 void Daemon::Impl::watch_link_monitor() {
   loop_->watch(link_monitor_->fd(), [this](Instant now) {
     LinkMonitor::Drained drained = link_monitor_->drain();
-    for (const LinkInfo& tap : drained.states) set_port_state(tap, now);
+    for (const LinkInfo& link : drained.states) set_port_state(link, now);
+    if (config_.netdev && !drained.states.empty()) follow_netdev(now);
     if (drained.more) {
       loop_->unwatch(link_monitor_->fd());
       watch_link_monitor();
@@ -484,11 +639,17 @@ void Daemon::Impl::watch_link_monitor() {
   });
 }
 
-void Daemon::Impl::set_port_state(const LinkInfo& tap, Instant now) {
-  const bool active = tap.up && tap.running;
+// Active means administratively up with carrier, and (--netdev) an IPv4 address for GID 0.
+void Daemon::Impl::set_port_state(const LinkInfo& link, Instant now) {
+  const bool addressed = !netdev_port_ || !netdev_port_->addresses().empty();
+  const bool active = link.up && link.running && addressed;
   if (active != port_active_) {
-    const char* why = active ? "is up with carrier" : tap.up ? "has no carrier" : "is down";
-    log_line("link: TAP " + config_.name + " " + why + ": port " + (active ? "ACTIVE" : "DOWN"));
+    const char* why = active      ? "is up with carrier"
+                      : !link.up  ? "is down"
+                      : !link.running ? "has no carrier"
+                                      : "has no IPv4 address";
+    log_line(std::string("link: ") + (config_.netdev ? *config_.netdev : "TAP " + config_.name) + " " + why +
+             ": port " + (active ? "ACTIVE" : "DOWN"));
   }
   port_active_ = active;
   nic_->set_link(active, now);
@@ -552,16 +713,22 @@ nlohmann::json Daemon::Impl::handle(const nlohmann::json& request, const PeerCre
 nlohmann::json Daemon::Impl::status(Instant now) {
   DescriptorReport descriptors = descriptors_;
   descriptors.open = open_descriptors();
-  nlohmann::json status = status_json(StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now), nic_->listing(),
-                                  descriptors, nic_->quotas(), nic_->quota_use()});
+  nlohmann::json status = status_json(StatusReport{config_, ::getpid(), now - started_,
+                                                   interface_ ? interface_->arp_entries(now) : std::vector<stack::ArpEntry>{},
+                                                   nic_->listing(), descriptors, nic_->quotas(), nic_->quota_use()});
+  if (netdev_port_) {
+    status["gids"] = nlohmann::json::array();
+    for (const auto& address : netdev_port_->addresses()) status["gids"].push_back(address.to_string());
+    status["port_active"] = port_active_;
+  }
   status["rdma_cm"] = ucma_->listing();
   return status;
 }
 
 nlohmann::json Daemon::Impl::stats() {
-  nlohmann::json stats = stats_json(interface_->counters(), loop_->counters());
+  nlohmann::json stats = stats_json(interface_ ? interface_->counters() : std::vector<stack::Counter>{}, loop_->counters());
   for (const auto& [name, value] : link_monitor_->counters()) stats["daemon"][name] = value;
-  add_layer(stats, "roce", roce_->named_counters());
+  add_layer(stats, "roce", endpoint_->named_counters());
   add_layer(stats, "engine", named(nic_->engine_counters()));
   add_layer(stats, "gsi", rocev2::named(gsi_->counters()));
   for (const auto& [name, value] : rocev2::cm::named(ucma_->cm().counters())) stats["cm"][name] = value;
@@ -580,7 +747,7 @@ void Daemon::Impl::run() {
            config_.address.address.to_string() + "/" + std::to_string(config_.address.prefix_len) +
            " mtu " + std::to_string(config_.mtu) +
            (loop_->counters().multishot_read ? " (multishot reads)" : " (single-shot reads)"));
-  interface_->announce(Clock::now());
+  if (interface_) interface_->announce(Clock::now());
   loop_->run();
 }
 
@@ -597,16 +764,21 @@ void Daemon::Impl::tear_down() {
       if (loop_) loop_->unwatch(link_monitor_->fd());
       link_monitor_.reset();
     }
+    if (address_watch_) {
+      if (loop_) loop_->unwatch(address_watch_->fd());
+      address_watch_.reset();
+    }
     nic_.reset();
     if (gsi_) gsi_->set_handler(nullptr);
     ucma_.reset();
-    if (roce_) roce_->attach_gsi(nullptr);
+    if (endpoint_) endpoint_->attach_gsi(nullptr);
     gsi_.reset();
     roce_.reset();
     interface_.reset();
     telemetry_.reset();
     capture_.reset();
     loop_.reset();
+    netdev_port_.reset();  // after the loop: its cancelled requests held the socket
     tap_.reset();
     release_links(notes);
   } catch (const std::exception& failure) {

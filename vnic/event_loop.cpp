@@ -131,9 +131,6 @@ EventLoop::EventLoop(const EventLoopConfig& config) : config_(config) {
 
   tx_memory_bytes_ = config_.tx_slots * config_.frame_buffer_size;
   tx_memory_ = map_anonymous(tx_memory_bytes_);
-  iovec tx_region{tx_memory_, tx_memory_bytes_};
-  rc = io_uring_register_buffers(&ring_, &tx_region, 1);
-  if (rc < 0) throw std::system_error(-rc, std::generic_category(), "register transmit buffers");
   for (std::uint32_t slot = config_.tx_slots; slot-- > 0;) free_tx_slots_.push_back(slot);
 
   multishot_read_ = config_.multishot_read && kernel_supports(ring_, kOpReadMultishot);
@@ -164,8 +161,20 @@ io_uring_sqe* EventLoop::next_sqe() {
   return sqe;
 }
 
+// A TAP's writes come from registered buffers (no page pinning per write). Registering pins
+// them for good, charged to the user's RLIMIT_MEMLOCK (an ordinary user has 8 MiB on
+// Debian, shared by all its rings): refused, the writes go unregistered. A socket's sendmsg
+// cannot use them, so a datagram socket never pins them.
+void EventLoop::register_transmit_buffers() {
+  if (tx_buffers_registered_ || datagram_socket_) return;
+  iovec tx_region{tx_memory_, tx_memory_bytes_};
+  tx_buffers_registered_ = io_uring_register_buffers(&ring_, &tx_region, 1) == 0;
+  counters_.fixed_buffers = tx_buffers_registered_ ? 1 : 0;
+}
+
 void EventLoop::attach_frame_device(int fd, FrameHandler on_frame) {
   frame_fd_ = fd;
+  register_transmit_buffers();
   on_frame_ = std::move(on_frame);
   // The device in io_uring's registered file table: every read and write then skips the
   // per-operation file lookup and reference count (fget/fput). The plain fd still works
@@ -175,6 +184,21 @@ void EventLoop::attach_frame_device(int fd, FrameHandler on_frame) {
   frame_file_fixed_ = rc >= 0;
   counters_.fixed_file = frame_file_fixed_ ? 1 : 0;
   arm_frame_reads();
+}
+
+void EventLoop::attach_datagram_socket(int fd, DatagramHandler on_datagram) {
+  if (!kernel_supports(ring_, IORING_OP_RECVMSG)) {
+    throw std::runtime_error("this kernel's io_uring has no recvmsg (Linux 6.0 or newer is needed)");
+  }
+  datagram_socket_ = true;
+  multishot_read_ = true;  // multishot recvmsg: Linux 6.0, below every kernel we support
+  counters_.multishot_read = 1;
+  on_datagram_ = std::move(on_datagram);
+  recv_header_ = msghdr{};
+  recv_header_.msg_namelen = sizeof(sockaddr_in);
+  recv_header_.msg_controllen = sizeof(SlotMessage::control) + CMSG_SPACE(sizeof(int));
+  slot_messages_.resize(config_.tx_slots);
+  attach_frame_device(fd, nullptr);
 }
 
 void EventLoop::target_frame_device(io_uring_sqe* sqe) const {
@@ -187,7 +211,9 @@ void EventLoop::arm_frame_reads() {
   const unsigned wanted = multishot_read_ ? 1 : kSingleReadsInFlight;
   while (reads_in_flight_ < wanted) {
     io_uring_sqe* sqe = next_sqe();
-    if (multishot_read_) {
+    if (datagram_socket_) {
+      io_uring_prep_recvmsg_multishot(sqe, frame_fd_, &recv_header_, 0);
+    } else if (multishot_read_) {
       // addr and len stay 0: every completion takes a whole buffer from the group.
       io_uring_prep_rw(kOpReadMultishot, sqe, frame_fd_, nullptr, 0, 0);
     } else {
@@ -207,15 +233,64 @@ std::uint8_t* EventLoop::slot_memory(std::uint32_t slot) const {
   return tx_memory_ + static_cast<std::size_t>(slot) * config_.frame_buffer_size;
 }
 
-void EventLoop::queue_write(std::uint32_t slot, std::size_t size) {
+void EventLoop::queue_write(std::uint32_t slot, std::size_t size, const DatagramDestination& destination) {
+  if (datagram_socket_) {
+    queue_sendmsg(slot, size, destination);
+    return;
+  }
   io_uring_sqe* sqe = next_sqe();
-  io_uring_prep_write_fixed(sqe, frame_fd_, slot_memory(slot), static_cast<unsigned>(size), 0, 0);
+  if (tx_buffers_registered_) {
+    io_uring_prep_write_fixed(sqe, frame_fd_, slot_memory(slot), static_cast<unsigned>(size), 0, 0);
+  } else {
+    io_uring_prep_write(sqe, frame_fd_, slot_memory(slot), static_cast<unsigned>(size), 0);
+  }
   target_frame_device(sqe);
   io_uring_sqe_set_data64(sqe, tag(Kind::kWrite, slot));
   ++inflight_;
 }
 
-bool EventLoop::transmit(ByteSpan frame) {
+// The control messages give the datagram its source address, TOS and TTL.
+void EventLoop::queue_sendmsg(std::uint32_t slot, std::size_t size, const DatagramDestination& destination) {
+  SlotMessage& message = slot_messages_[slot];
+  message.to = destination.to;
+  message.vector = iovec{slot_memory(slot), size};
+  message.header = msghdr{};
+  message.header.msg_name = &message.to;
+  message.header.msg_namelen = sizeof(message.to);
+  message.header.msg_iov = &message.vector;
+  message.header.msg_iovlen = 1;
+  message.header.msg_control = message.control;
+  message.header.msg_controllen = sizeof(message.control);
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&message.header);
+  cmsg->cmsg_level = IPPROTO_IP;
+  cmsg->cmsg_type = IP_PKTINFO;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(in_pktinfo));
+  in_pktinfo info{};
+  info.ipi_spec_dst = destination.from;
+  std::memcpy(CMSG_DATA(cmsg), &info, sizeof(info));
+  const auto put_int = [&](int type, int value) {
+    cmsg = CMSG_NXTHDR(&message.header, cmsg);
+    cmsg->cmsg_level = IPPROTO_IP;
+    cmsg->cmsg_type = type;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cmsg), &value, sizeof(value));
+  };
+  put_int(IP_TOS, destination.tos);
+  put_int(IP_TTL, destination.ttl);
+  io_uring_sqe* sqe = next_sqe();
+  io_uring_prep_sendmsg(sqe, frame_fd_, &message.header, 0);
+  target_frame_device(sqe);
+  io_uring_sqe_set_data64(sqe, tag(Kind::kWrite, slot));
+  ++inflight_;
+}
+
+bool EventLoop::transmit(ByteSpan frame) { return queue_or_backlog(frame, DatagramDestination{}); }
+
+bool EventLoop::transmit_to(ByteSpan payload, const DatagramDestination& destination) {
+  return queue_or_backlog(payload, destination);
+}
+
+bool EventLoop::queue_or_backlog(ByteSpan frame, const DatagramDestination& destination) {
   if (frame.size() > config_.frame_buffer_size) {
     ++counters_.tx_oversize_drops;
     return false;
@@ -229,20 +304,23 @@ bool EventLoop::transmit(ByteSpan frame) {
       ++counters_.tx_queue_drops;
       return false;
     }
-    tx_backlog_.emplace_back(frame.begin(), frame.end());
+    tx_backlog_.push_back(Waiting{std::vector<std::uint8_t>(frame.begin(), frame.end()), destination});
     ++counters_.tx_backlogged;
     return true;
   }
-  write_in_free_slot(frame);
+  const std::uint32_t slot = free_tx_slots_.back();
+  free_tx_slots_.pop_back();
+  std::memcpy(slot_memory(slot), frame.data(), frame.size());
+  queue_write(slot, frame.size(), destination);
   return true;
 }
 
 // Precondition: a slot is free and the frame fits it.
-void EventLoop::write_in_free_slot(ByteSpan frame) {
+void EventLoop::write_in_free_slot(const Waiting& frame) {
   const std::uint32_t slot = free_tx_slots_.back();
   free_tx_slots_.pop_back();
-  std::memcpy(slot_memory(slot), frame.data(), frame.size());
-  queue_write(slot, frame.size());
+  std::memcpy(slot_memory(slot), frame.bytes.data(), frame.bytes.size());
+  queue_write(slot, frame.bytes.size(), frame.destination);
 }
 
 MutableByteSpan EventLoop::prepare_transmit(std::size_t size) {
@@ -253,7 +331,9 @@ MutableByteSpan EventLoop::prepare_transmit(std::size_t size) {
   return MutableByteSpan(slot_memory(*prepared_slot_), config_.frame_buffer_size);
 }
 
-void EventLoop::transmit_prepared(std::size_t size) {
+void EventLoop::transmit_prepared(std::size_t size) { transmit_prepared_to(size, DatagramDestination{}); }
+
+void EventLoop::transmit_prepared_to(std::size_t size, const DatagramDestination& destination) {
   if (!prepared_slot_) return;
   const std::uint32_t slot = *std::exchange(prepared_slot_, std::nullopt);
   if (size > config_.frame_buffer_size) {
@@ -261,7 +341,7 @@ void EventLoop::transmit_prepared(std::size_t size) {
     free_tx_slots_.push_back(slot);
     return;
   }
-  queue_write(slot, size);
+  queue_write(slot, size, destination);
 }
 
 void EventLoop::watch(int fd, ReadyHandler on_ready) {
@@ -477,7 +557,7 @@ void EventLoop::on_frame_read(const io_uring_cqe& cqe, Instant now) {
     --reads_in_flight_;
     if (cqe.res != -ECANCELED && multishot_read_) ++counters_.rx_rearms;
   }
-  if (cqe.res == -EINVAL && multishot_read_ && counters_.tap_rx_frames == 0) {
+  if (cqe.res == -EINVAL && multishot_read_ && !datagram_socket_ && counters_.tap_rx_frames == 0) {
     // The probe said yes but this file refuses multishot reads: fall back for good.
     multishot_read_ = false;
     counters_.multishot_read = 0;
@@ -502,12 +582,50 @@ void EventLoop::on_frame_read(const io_uring_cqe& cqe, Instant now) {
   const std::size_t length = std::min<std::size_t>(static_cast<std::size_t>(cqe.res), config_.frame_buffer_size);
   ++counters_.tap_rx_frames;
   counters_.tap_rx_bytes += length;
-  if (length == config_.frame_buffer_size) {
+  if (datagram_socket_ && buffer_id < config_.rx_buffers) {
+    deliver_datagram(rx_memory_ + static_cast<std::size_t>(buffer_id) * config_.frame_buffer_size, length, now);
+  } else if (length == config_.frame_buffer_size) {
     ++counters_.rx_truncated;
   } else if (on_frame_ && buffer_id < config_.rx_buffers) {
     on_frame_(ByteSpan(rx_memory_ + static_cast<std::size_t>(buffer_id) * config_.frame_buffer_size, length), now);
   }
   recycle_buffer(buffer_id);
+}
+
+// A multishot recvmsg's buffer: io_uring_recvmsg_out, the source address, the control
+// messages, the payload. The kernel fills it, but its lengths are still checked.
+void EventLoop::deliver_datagram(std::uint8_t* buffer, std::size_t length, Instant now) {
+  io_uring_recvmsg_out* out = io_uring_recvmsg_validate(buffer, static_cast<int>(length), &recv_header_);
+  if (out == nullptr || (out->flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || out->namelen < sizeof(sockaddr_in)) {
+    ++counters_.rx_truncated;
+    return;
+  }
+  Datagram datagram;
+  std::memcpy(&datagram.source, io_uring_recvmsg_name(out), sizeof(sockaddr_in));
+  for (cmsghdr* cmsg = io_uring_recvmsg_cmsg_firsthdr(out, &recv_header_); cmsg != nullptr;
+       cmsg = io_uring_recvmsg_cmsg_nexthdr(out, &recv_header_, cmsg)) {
+    if (cmsg->cmsg_level != IPPROTO_IP) continue;
+    if (cmsg->cmsg_type == IP_PKTINFO && cmsg->cmsg_len >= CMSG_LEN(sizeof(in_pktinfo))) {
+      in_pktinfo info{};
+      std::memcpy(&info, CMSG_DATA(cmsg), sizeof(info));
+      datagram.destination = info.ipi_addr;
+      datagram.ifindex = info.ipi_ifindex;
+    } else if (cmsg->cmsg_type == IP_TOS && cmsg->cmsg_len >= CMSG_LEN(1)) {
+      datagram.tos = *CMSG_DATA(cmsg);
+    } else if (cmsg->cmsg_type == IP_TTL && cmsg->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      int ttl = 0;
+      std::memcpy(&ttl, CMSG_DATA(cmsg), sizeof(ttl));
+      datagram.ttl = static_cast<std::uint8_t>(ttl);
+    }
+  }
+  const auto* payload = static_cast<const std::uint8_t*>(io_uring_recvmsg_payload(out, &recv_header_));
+  const std::size_t header = static_cast<std::size_t>(payload - buffer);
+  if (header + out->payloadlen > length) {
+    ++counters_.rx_truncated;
+    return;
+  }
+  datagram.payload = ByteSpan(payload, out->payloadlen);
+  if (on_datagram_) on_datagram_(datagram, now);
 }
 
 void EventLoop::on_write_done(const io_uring_cqe& cqe) {

@@ -2,11 +2,15 @@
 // multishot reads; older kernels fall back to a batch of single reads).
 //
 // What lives in the ring:
-//   - the frame device (the TAP): multishot IORING_OP_READ_MULTISHOT with
-//     IOSQE_BUFFER_SELECT from a provided-buffer ring, one frame per completion;
-//   - transmits: IORING_OP_WRITE_FIXED from a registered pool of slots, one frame per
-//     write (a TAP takes exactly one frame per write), all queued writes going to the
-//     kernel in the one io_uring_enter() of the next iteration;
+//   - the frame device, one of two kinds:
+//     * a TAP (`up --bridge`): multishot IORING_OP_READ_MULTISHOT with IOSQE_BUFFER_SELECT
+//       from a provided-buffer ring, one frame per completion;
+//     * a UDP socket (`up --netdev`, kernel >= 6.0): multishot IORING_OP_RECVMSG from the
+//       same ring, one datagram per completion with its source address and the
+//       IP_PKTINFO / IP_TOS / IP_TTL control messages;
+//   - transmits from a registered pool of slots, all queued in the one io_uring_enter()
+//     of the next iteration: IORING_OP_WRITE_FIXED to a TAP (exactly one frame per write),
+//     IORING_OP_SENDMSG to the socket (one datagram per message, to its own destination);
 //   - watched fds (signalfd, control socket, later doorbell eventfds): multishot
 //     IORING_OP_POLL_ADD; handlers drain their fd with non-blocking calls;
 //   - one IORING_OP_TIMEOUT (absolute, CLOCK_MONOTONIC = steady_clock) at the earliest
@@ -15,6 +19,8 @@
 #pragma once
 
 #include <liburing.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -80,6 +86,7 @@ struct LoopCounters {
   std::uint64_t timer_expirations = 0;
   std::uint64_t multishot_read = 0;       // 1 when the kernel supports it
   std::uint64_t fixed_file = 0;           // 1 when the frame device is a registered file
+  std::uint64_t fixed_buffers = 0;        // 1 when the TAP's writes come from registered buffers
   std::uint64_t busy_polls = 0;           // waits that spun before sleeping
   std::uint64_t busy_poll_hits = 0;       // ... and found a completion without sleeping
 };
@@ -88,9 +95,28 @@ struct LoopCounters {
 // the 3), or nothing if the text is not of that form.
 std::optional<unsigned> runnable_tasks_in_loadavg(std::string_view text);
 
+// One datagram the socket device received (attach_datagram_socket).
+struct Datagram {
+  ByteSpan payload;
+  sockaddr_in source{};     // the sender's address and port
+  in_addr destination{};    // IP_PKTINFO: the address it was sent to
+  int ifindex = 0;          // IP_PKTINFO: the interface it arrived on
+  std::uint8_t tos = 0;     // IP_RECVTOS
+  std::uint8_t ttl = 0;     // IP_RECVTTL
+};
+
+// Where one datagram goes, and the IPv4 fields a sender may choose per datagram.
+struct DatagramDestination {
+  sockaddr_in to{};
+  in_addr from{};           // IP_PKTINFO's source address (INADDR_ANY: the kernel picks)
+  std::uint8_t tos = 0;
+  std::uint8_t ttl = 64;
+};
+
 class EventLoop {
  public:
   using FrameHandler = std::function<void(ByteSpan frame, Instant now)>;
+  using DatagramHandler = std::function<void(const Datagram& datagram, Instant now)>;
   using ReadyHandler = std::function<void(Instant now)>;
   // Runs whatever is due at `now`; returns the next instant it wants to run, if any.
   using TimerSource = std::function<std::optional<Instant>(Instant now)>;
@@ -104,6 +130,11 @@ class EventLoop {
   // batch of completions it came in: the buffer goes back to the kernel only after
   // `frames_done` has run.
   void attach_frame_device(int fd, FrameHandler on_frame);
+  // A UDP socket instead (IP_PKTINFO, IP_RECVTOS and IP_RECVTTL set by the caller): each
+  // datagram to the handler, with the same lifetime rule. A datagram cut short (larger than
+  // a buffer can hold) is counted under rx_truncated and dropped. Throws on a kernel
+  // without multishot recvmsg (Linux 6.0).
+  void attach_datagram_socket(int fd, DatagramHandler on_datagram);
   // Runs after every batch of completions that delivered frames, before their buffers are
   // handed back to the kernel (the verbs device writes payloads out in one go there).
   void on_frames_done(std::function<void()> frames_done) { frames_done_ = std::move(frames_done); }
@@ -118,6 +149,10 @@ class EventLoop {
   // write. No copy; one at a time.
   MutableByteSpan prepare_transmit(std::size_t size);
   void transmit_prepared(std::size_t size);
+  // The datagram socket's forms of transmit() and transmit_prepared(): the same slots,
+  // backlog and order, each datagram to its own destination.
+  bool transmit_to(ByteSpan payload, const DatagramDestination& destination);
+  void transmit_prepared_to(std::size_t size, const DatagramDestination& destination);
   // Transmit slots not in flight.
   std::size_t free_transmit_slots() const { return free_tx_slots_.size(); }
   // Frames transmit() puts in a slot at once: the free slots while nothing waits in the
@@ -153,13 +188,30 @@ class EventLoop {
     int fd;
     ReadyHandler on_ready;
   };
+  // A frame or datagram that found every slot in flight, copied.
+  struct Waiting {
+    std::vector<std::uint8_t> bytes;
+    DatagramDestination destination;  // datagram socket only
+  };
+  // The kernel reads a sendmsg's header, address and control messages when it runs the
+  // request, so each slot has its own.
+  struct SlotMessage {
+    msghdr header{};
+    iovec vector{};
+    sockaddr_in to{};
+    alignas(cmsghdr) std::uint8_t control[CMSG_SPACE(sizeof(in_pktinfo)) + 2 * CMSG_SPACE(sizeof(int))]{};
+  };
 
   io_uring_sqe* next_sqe();
   std::uint8_t* slot_memory(std::uint32_t slot) const;
   void flush_backlog();
-  void write_in_free_slot(ByteSpan frame);
-  void queue_write(std::uint32_t slot, std::size_t size);
+  void write_in_free_slot(const Waiting& frame);
+  void queue_write(std::uint32_t slot, std::size_t size, const DatagramDestination& destination);
+  void queue_sendmsg(std::uint32_t slot, std::size_t size, const DatagramDestination& destination);
+  bool queue_or_backlog(ByteSpan bytes, const DatagramDestination& destination);
+  void deliver_datagram(std::uint8_t* buffer, std::size_t length, Instant now);
   void arm_frame_reads();
+  void register_transmit_buffers();
   void target_frame_device(io_uring_sqe* sqe) const;
   void arm_watch(std::uint64_t id, int fd);
   void arm_timer(std::optional<Instant> deadline);
@@ -203,7 +255,14 @@ class EventLoop {
   std::uint8_t* tx_memory_ = nullptr;
   std::size_t tx_memory_bytes_ = 0;
   std::vector<std::uint32_t> free_tx_slots_;
-  std::deque<std::vector<std::uint8_t>> tx_backlog_;  // frames waiting for a slot, oldest first
+  bool tx_buffers_registered_ = false;
+  std::deque<Waiting> tx_backlog_;  // frames waiting for a slot, oldest first
+  // The datagram socket device: the multishot recvmsg's header (only its name and control
+  // lengths are read) and one message per transmit slot.
+  bool datagram_socket_ = false;
+  DatagramHandler on_datagram_;
+  msghdr recv_header_{};
+  std::vector<SlotMessage> slot_messages_;
   std::optional<std::uint32_t> prepared_slot_;  // handed out by prepare_transmit()
 
   std::map<std::uint64_t, Watch> watches_;  // keyed by a never-reused id

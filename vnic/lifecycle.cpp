@@ -306,8 +306,25 @@ std::optional<std::string> missing_net_admin() {
       "or grant the capability, e.g. setcap cap_net_admin+ep $(command -v rrdma-vnic)");
 }
 
+// The running vnic of this user that already serves `netdev`, if any (a second daemon on it
+// would fail to bind UDP 4791 with a less helpful message).
+std::optional<std::string> vnic_serving(const std::string& netdev) {
+  for (const auto& name : names_in_runtime_dir()) {
+    if (assess(observe(name)) != Liveness::kRunning) continue;
+    const QueryResult result = query_vnic(name, "status");
+    if (result.reply && result.reply->value("netdev", nlohmann::json()) == netdev) return name;
+  }
+  return std::nullopt;
+}
+
 Outcome start_vnic(const VnicConfig& config, bool foreground) {
-  if (auto missing = missing_net_admin()) return {false, *missing, {}};
+  if (config.netdev) {
+    if (auto first = vnic_serving(*config.netdev)) {
+      return {false, *config.netdev + " already has an RDMA device: " + *first + " (rrdma-vnic down " + *first + ")", {}};
+    }
+  } else if (auto missing = missing_net_admin()) {
+    return {false, *missing, {}};
+  }
   const Observation observation = observe(config.name);
   const Liveness liveness = assess(observation);
   if (liveness == Liveness::kRunning || liveness == Liveness::kStarting) {

@@ -1,6 +1,8 @@
 #include "vnic/link.h"
 
+#include <arpa/inet.h>
 #include <linux/if.h>
+#include <linux/if_addr.h>
 #include <linux/rtnetlink.h>
 
 #include <cstring>
@@ -10,7 +12,9 @@
 #include <netlink/msg.h>
 #include <netlink/netlink.h>
 #include <netlink/object.h>
+#include <netlink/route/addr.h>
 #include <netlink/route/link.h>
+#include <netlink/cache.h>
 #include <netlink/route/link/bridge.h>
 #include <netlink/socket.h>
 
@@ -49,6 +53,12 @@ LinkInfo describe(rtnl_link* link) {
   info.master = rtnl_link_get_master(link);
   info.up = (rtnl_link_get_flags(link) & IFF_UP) != 0;
   info.running = (rtnl_link_get_flags(link) & IFF_RUNNING) != 0;
+  info.mtu = rtnl_link_get_mtu(link);
+  if (nl_addr* address = rtnl_link_get_addr(link); address != nullptr && nl_addr_get_len(address) == 6) {
+    stack::MacAddress mac;
+    std::memcpy(mac.bytes.data(), nl_addr_get_binary_addr(address), 6);
+    info.mac = mac;
+  }
   return info;
 }
 
@@ -261,6 +271,56 @@ void LinkMonitor::ask_state() {
   } catch (const NetlinkError&) {
     // The next notification tells.
   }
+}
+
+std::vector<stack::Ipv4Cidr> LinkControl::ipv4_addresses(int ifindex) {
+  nl_cache* cache = nullptr;
+  check(rtnl_addr_alloc_cache(socket_.get(), &cache), "list addresses");
+  std::vector<stack::Ipv4Cidr> primary, secondary;
+  for (nl_object* object = nl_cache_get_first(cache); object != nullptr; object = nl_cache_get_next(object)) {
+    auto* address = reinterpret_cast<rtnl_addr*>(object);
+    nl_addr* local = rtnl_addr_get_local(address);
+    if (rtnl_addr_get_ifindex(address) != ifindex || rtnl_addr_get_family(address) != AF_INET || local == nullptr ||
+        nl_addr_get_len(local) != 4) {
+      continue;
+    }
+    std::uint32_t network_order = 0;
+    std::memcpy(&network_order, nl_addr_get_binary_addr(local), 4);
+    const stack::Ipv4Cidr cidr{stack::Ipv4Address{ntohl(network_order)}, static_cast<std::uint8_t>(rtnl_addr_get_prefixlen(address))};
+    ((rtnl_addr_get_flags(address) & IFA_F_SECONDARY) != 0 ? secondary : primary).push_back(cidr);
+  }
+  nl_cache_free(cache);
+  primary.insert(primary.end(), secondary.begin(), secondary.end());
+  return primary;
+}
+
+namespace {
+int ignore_message(nl_msg*, void*) { return NL_OK; }
+}  // namespace
+
+AddressWatch::AddressWatch() : socket_(nl_socket_alloc()) {
+  if (!socket_) throw NetlinkError("nl_socket_alloc", -NLE_NOMEM);
+  nl_socket_disable_seq_check(socket_.get());
+  check(nl_socket_modify_cb(socket_.get(), NL_CB_VALID, NL_CB_CUSTOM, ignore_message, nullptr), "address watch callback");
+  check(nl_connect(socket_.get(), NETLINK_ROUTE), "connect to rtnetlink");
+  check(nl_socket_set_nonblocking(socket_.get()), "address watch non-blocking");
+  check(nl_socket_add_membership(socket_.get(), RTNLGRP_IPV4_IFADDR), "subscribe to address notifications");
+}
+
+AddressWatch::~AddressWatch() = default;
+
+int AddressWatch::fd() const { return nl_socket_get_fd(socket_.get()); }
+
+bool AddressWatch::drain(bool& more) {
+  bool any = false;
+  more = false;
+  for (int datagrams = 0; datagrams < kMonitorDatagramsPerDrain; ++datagrams) {
+    const int rc = nl_recvmsgs_default(socket_.get());
+    if (rc == -NLE_AGAIN) return any;
+    any = true;  // a message, an error, or an overrun (-NLE_NOMEM): ask again either way
+  }
+  more = true;
+  return any;
 }
 
 }  // namespace rrdma::vnic

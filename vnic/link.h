@@ -35,6 +35,8 @@ struct LinkInfo {
   int master = 0;    // ifindex of the bridge it is a port of, 0 if none
   bool up = false;       // IFF_UP: administratively up
   bool running = false;  // IFF_RUNNING: up and with carrier (operationally up)
+  std::uint32_t mtu = 0;
+  std::optional<stack::MacAddress> mac;  // none for a link without a 6-byte address
 };
 
 struct NetlinkSocketDeleter {
@@ -75,6 +77,8 @@ class LinkControl {
 
   std::optional<LinkInfo> find(const std::string& name);
   std::optional<LinkInfo> find(int ifindex);
+  // The link's IPv4 addresses, primary ones first, as the kernel lists them.
+  std::vector<stack::Ipv4Cidr> ipv4_addresses(int ifindex);
   // The names of the links whose master is `bridge_ifindex`.
   std::vector<std::string> ports_of(int bridge_ifindex);
   void create_bridge(const std::string& name);
@@ -142,6 +146,24 @@ class LinkMonitor {
   std::uint64_t notifications_ = 0;
   std::uint64_t rejected_ = 0;
   std::uint64_t overruns_ = 0;
+};
+
+// The kernel's IPv4 address notifications (RTNLGRP_IPV4_IFADDR) of the network namespace,
+// only as a reason to ask again (LinkControl::ipv4_addresses): their content is never
+// parsed, so a forged one can make the daemon ask, and nothing more. `up --netdev`.
+class AddressWatch {
+ public:
+  AddressWatch();
+  ~AddressWatch();
+  AddressWatch(const AddressWatch&) = delete;
+  AddressWatch& operator=(const AddressWatch&) = delete;
+  int fd() const;
+  // Reads what is queued, at most 256 datagrams; true if any arrived (or the socket overran).
+  // `more`: datagrams are left (come back: the loop's readiness is edge-triggered).
+  bool drain(bool& more);
+
+ private:
+  NetlinkSocket socket_;
 };
 
 }  // namespace rrdma::vnic

@@ -106,6 +106,7 @@ nlohmann::json status_json(const StatusReport& report) {
           {"ip", config.address.address.to_string() + "/" + std::to_string(config.address.prefix_len)},
           {"mtu", config.mtu},
           {"bridge", text_or_null(config.bridge)},
+          {"netdev", text_or_null(config.netdev)},
           {"gateway", text_or_null(gateway)},
           {"pid", report.pid},
           {"uptime_s", whole_seconds(report.uptime)},
@@ -198,6 +199,7 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const LoopCounters& c) 
           {"timer_expirations", c.timer_expirations},
           {"multishot_read", c.multishot_read},
           {"fixed_file", c.fixed_file},
+          {"fixed_buffers", c.fixed_buffers},
           {"busy_polls", c.busy_polls},
           {"busy_poll_hits", c.busy_poll_hits}};
 }
@@ -243,7 +245,10 @@ std::string format_status(const nlohmann::json& status) {
       << "mac:      " << status.value("mac", "?") << "\n"
       << "ip:       " << status.value("ip", "?") << "\n"
       << "mtu:      " << status.value("mtu", 0) << "\n"
-      << "bridge:   " << text_or_dash(status.value("bridge", nlohmann::json())) << "\n"
+      << (status.value("netdev", nlohmann::json()).is_string()
+              ? "netdev:   " + status["netdev"].get<std::string>() + " (RoCE v2 through the kernel's UDP)"
+              : "bridge:   " + text_or_dash(status.value("bridge", nlohmann::json())))
+      << "\n"
       << "gateway:  " << text_or_dash(status.value("gateway", nlohmann::json())) << "\n"
       << "pid:      " << status.value("pid", 0) << "\n"
       << "uptime:   " << status.value("uptime_s", 0) << " s\n"
@@ -299,8 +304,10 @@ std::string format_stats(const nlohmann::json& stats) {
 std::string format_list_line(const nlohmann::json& status) {
   std::ostringstream out;
   out << status.value("name", "?") << "  " << status.value("mac", "?") << "  "
-      << status.value("ip", "?") << "  mtu " << status.value("mtu", 0) << "  bridge "
-      << text_or_dash(status.value("bridge", nlohmann::json())) << "  pid "
+      << status.value("ip", "?") << "  mtu " << status.value("mtu", 0)
+      << (status.value("netdev", nlohmann::json()).is_string() ? "  netdev " + status["netdev"].get<std::string>()
+                                                                : "  bridge " + text_or_dash(status.value("bridge", nlohmann::json())))
+      << "  pid "
       << status.value("pid", 0);
   return out.str();
 }

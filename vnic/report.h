@@ -1,6 +1,6 @@
 // The JSON the daemon answers with, and its rendering for humans. Pure: the shapes are
 // a contract with the system tests and the demo script.
-//   status: {"name","mac","ip","mtu","bridge"|null,"gateway"|null,"pid","uptime_s",
+//   status: {"name","mac","ip","mtu","bridge"|null,"netdev"|null,"gateway"|null,"pid","uptime_s",
 //            "neighbours":[{"ip","mac","age_s"}],
 //            "processes":[{"pid","uid","client","contexts","pds","mrs","cqs","srqs","ahs",
 //                          "qps":[{"handle","qpn","type","state"}]}],

@@ -68,7 +68,32 @@ bool same_inode(int fd, const std::filesystem::path& path) {
 
 std::filesystem::path runtime_dir() {
   if (const char* dir = std::getenv("RRDMA_RUN_DIR"); dir != nullptr && *dir != '\0') return dir;
-  return "/run/rrdma";
+  const uid_t uid = ::geteuid();
+  if (uid == 0) return "/run/rrdma";
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg == '/') {
+    struct stat status{};
+    if (::stat(xdg, &status) == 0 && S_ISDIR(status.st_mode) && status.st_uid == uid) {
+      return std::filesystem::path(xdg) / "rrdma";
+    }
+  }
+  return "/tmp/rrdma-" + std::to_string(uid);
+}
+
+// /run/rrdma as before (root's); anyone else's is made 0700 and must be theirs, writable by them alone: in
+// /tmp another user could have made it first, to read or replace the sockets in it.
+void ensure_runtime_dir(const std::filesystem::path& dir) {
+  if (::geteuid() == 0) {
+    std::filesystem::create_directories(dir);
+    return;
+  }
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw std::system_error(errno, std::generic_category(), "create " + dir.string());
+  }
+  struct stat status{};
+  if (::lstat(dir.c_str(), &status) != 0) throw std::system_error(errno, std::generic_category(), "stat " + dir.string());
+  if (!S_ISDIR(status.st_mode) || status.st_uid != ::geteuid() || (status.st_mode & 0022) != 0) {
+    throw std::runtime_error(dir.string() + " is not a directory of this user that only this user may write (made 0700): remove it, or set RRDMA_RUN_DIR");
+  }
 }
 
 RuntimePaths RuntimePaths::of(const std::string& name) {
@@ -106,7 +131,7 @@ std::string socket_denied_message(const std::string& name) {
 }
 
 std::optional<PidFileLock> PidFileLock::acquire(const std::filesystem::path& path) {
-  std::filesystem::create_directories(path.parent_path());
+  ensure_runtime_dir(path.parent_path());
   // Another command may unlink the file between our open() and our lock; then we hold
   // a lock on a dead inode and must start over on the new file.
   for (;;) {

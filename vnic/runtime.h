@@ -20,8 +20,12 @@
 
 namespace rrdma::vnic {
 
-// /run/rrdma, or $RRDMA_RUN_DIR when set (tests run without root).
+// Where a user's vnics keep their state, the same for every subcommand: $RRDMA_RUN_DIR when
+// set; else /run/rrdma for root, $XDG_RUNTIME_DIR/rrdma (when that is the user's own
+// directory) or /tmp/rrdma-UID for anyone else.
 std::filesystem::path runtime_dir();
+// Creates it if missing (0700 for a non-root user), whose it must be and whom alone it lets write (throws).
+void ensure_runtime_dir(const std::filesystem::path& dir);
 
 struct RuntimePaths {
   std::filesystem::path pid_file, socket, state_file, log_file;

@@ -205,7 +205,7 @@ struct CmQpAttributes {
 
 struct CmConfig {
   std::uint64_t local_ca_guid = 0;     // the node GUID
-  stack::Ipv4Address local_address{};  // for the REQ's GIDs
+  stack::Ipv4Address local_address{};  // for the REQ's GIDs (set_local_address follows a netdev's)
   std::uint32_t tid_high = 0;          // the MAD agent's hi_tid: TID = hi_tid << 32 | local comm ID, its bytes reversed (as Linux on x86)
   std::uint32_t first_comm_id = 1;     // random in the daemon; the IDs count up from it, cyclic
   bool delayed_mra = true;             // rdma_cm's IB_CM_MRA_FLAG_DELAY: MRA only on a duplicate
@@ -236,6 +236,8 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const CmCounters& count
 class ConnectionManager final : public MadHandler {
  public:
   ConnectionManager(const CmConfig& config, CmMadSink& mads, CmEventSink& events);
+  // The port's address changed (a netdev's): REQs from now on carry it in their GIDs.
+  void set_local_address(stack::Ipv4Address address) { config_.local_address = address; }
   ConnectionManager(const ConnectionManager&) = delete;
   ConnectionManager& operator=(const ConnectionManager&) = delete;
 

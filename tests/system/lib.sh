@@ -124,7 +124,9 @@ CLEAN_VNICS=()
 CLEAN_LINKS=()
 CLEAN_NETNS=()
 CLEAN_DIRS=()
+CLEAN_PIDS=()
 
+register_pid() { CLEAN_PIDS+=("$1"); }  # a process this test started, ended by its pid
 register_vnic() { CLEAN_VNICS+=("$1"); }
 register_link() { CLEAN_LINKS+=("$1"); }
 register_netns() { CLEAN_NETNS+=("$1"); }
@@ -142,6 +144,11 @@ cleanup() {
     kill "$WATCHDOG_PID" 2>/dev/null
     [[ -n "$sleeper" ]] && kill $sleeper 2>/dev/null
   fi
+  for pid in "${CLEAN_PIDS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || continue
+    for _ in {1..50}; do pid_alive "$pid" || break; sleep 0.2; done
+    kill -9 "$pid" 2>/dev/null
+  done
   for name in "${CLEAN_VNICS[@]}"; do
     if [[ -e "$RUN_DIR/$name.pid" ]] || host ip link show "$name" &>/dev/null; then
       pid=$(cat "$RUN_DIR/$name.pid" 2>/dev/null)

@@ -232,3 +232,28 @@ TEST_CASE("quota options: in range they reach the config, out of range they are 
   // The 5,000-QP test's setting: within the device's cap of 16384.
   CHECK(rrdma::vnic::quota_options()[static_cast<std::size_t>(ResourceKind::Qp)].max == 16384u);
 }
+
+TEST_CASE("up --netdev: the interface gives address, MAC and MTU; TAP options are refused", "[vnic][config][netdev]") {
+  UpArguments args;
+  args.name = "rr0";
+  args.netdev = "eth0";
+  const auto accepted = validate(args);
+  REQUIRE(accepted.config);
+  CHECK(accepted.config->netdev == "eth0");
+  CHECK_FALSE(accepted.config->bridge);
+  for (const char* flag : {"--ip", "--mac", "--mtu", "--bridge", "--create-bridge", "--uplink", "--gateway"}) {
+    UpArguments bad = args;
+    const std::string f(flag);
+    if (f == "--ip") bad.ip = "10.0.0.1/24";
+    if (f == "--mac") bad.mac = "02:00:00:00:00:01";
+    if (f == "--mtu") bad.mtu_given = true;
+    if (f == "--bridge") bad.bridge = "br0";
+    if (f == "--create-bridge") bad.create_bridge = true;
+    if (f == "--uplink") bad.uplink = "eth1";
+    if (f == "--gateway") bad.gateway = "10.0.0.254";
+    CHECK(refusal(bad) == f + " cannot go with --netdev: the interface eth0 has its own address, MAC and MTU");
+  }
+  UpArguments bad_interface = args;
+  bad_interface.netdev = "../etc";
+  CHECK(refusal(bad_interface) == "bad interface name '../etc'");
+}

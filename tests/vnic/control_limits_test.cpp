@@ -43,6 +43,16 @@ TEST_CASE("refusal_for: root may do anything, a member only status and stats", "
   CHECK(refusal_for(std::string(5000, 'x'), 1000)->size() < 200);
 }
 
+TEST_CASE("refusal_for: the uid an ordinary user's daemon runs as may do what root may", "[vnic][control_limits][netdev]") {
+  for (const char* cmd : {"status", "stats", "down", "capture", "trace"}) {
+    CHECK_FALSE(refusal_for(cmd, 1000, 1000));
+    CHECK_FALSE(refusal_for(cmd, 0, 1000));
+  }
+  const auto refusal = refusal_for("down", 1001, 1000);
+  REQUIRE(refusal);
+  CHECK(refusal->rfind("only root and uid 1000 (the vnic's owner) may stop a vnic (down)", 0) == 0);
+}
+
 TEST_CASE("log rate limiter: a burst, then a steady rate, and the next line tells what it held back",
           "[vnic][control_limits]") {
   LogRateLimiter limiter(/*burst=*/3, /*per_second=*/2);

@@ -2,6 +2,8 @@
 // it keeps frame boundaries, one frame per read and per write.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -71,6 +73,7 @@ TEST_CASE("frames written to the device reach the handler whole and in order", "
   loop.run();
   CHECK(received == sent);
   CHECK(loop.counters().fixed_file == 1);  // registered files: every kernel since 5.1
+  CHECK(loop.counters().fixed_buffers == 1);  // root's RLIMIT_MEMLOCK has room for them
   CHECK(loop.counters().tap_rx_frames == 5);
   CHECK(loop.counters().tap_rx_bytes == 60 + 1514 + 42 + 100 + 64);
   if (loop.counters().multishot_read == 1) CHECK(loop.counters().rx_buffer_exhausted >= 1);
@@ -301,4 +304,123 @@ TEST_CASE("the runnable task count is read from /proc/loadavg's fourth field", "
   CHECK_FALSE(runnable_tasks_in_loadavg("0.52 0.58 0.59 x3/1213 1"));
   CHECK_FALSE(runnable_tasks_in_loadavg("0.52  0.58 0.59 3/1213 1"));  // an empty field
   CHECK_FALSE(runnable_tasks_in_loadavg("0.5 0.5 0.5 99999999999/1 1"));  // overflows
+}
+
+// The datagram socket device of `up --netdev`: two UDP sockets on loopback, one the loop's.
+namespace {
+
+struct UdpPair {
+  int loop_end = -1;
+  int peer = -1;
+  sockaddr_in loop_address{};
+  sockaddr_in peer_address{};
+  UdpPair() {
+    loop_end = bound_socket(loop_address);
+    peer = bound_socket(peer_address);
+    const int on = 1;
+    for (int option : {IP_PKTINFO, IP_RECVTOS, IP_RECVTTL}) {
+      REQUIRE(::setsockopt(loop_end, IPPROTO_IP, option, &on, sizeof(on)) == 0);
+    }
+  }
+  ~UdpPair() {
+    ::close(loop_end);
+    ::close(peer);
+  }
+  static int bound_socket(sockaddr_in& address) {
+    const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    REQUIRE(fd >= 0);
+    address = sockaddr_in{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+    socklen_t length = sizeof(address);
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+    return fd;
+  }
+  void send_to_loop(const Frame& datagram, int tos) const {
+    REQUIRE(::setsockopt(peer, IPPROTO_IP, IP_TOS, &tos, sizeof(tos)) == 0);
+    REQUIRE(::sendto(peer, datagram.data(), datagram.size(), 0, reinterpret_cast<const sockaddr*>(&loop_address),
+                     sizeof(loop_address)) == static_cast<ssize_t>(datagram.size()));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a datagram socket's datagrams reach the handler with their source, destination and TOS",
+          "[vnic][loop][netdev]") {
+  UdpPair pair;
+  EventLoopConfig config;
+  config.rx_buffers = 2;
+  config.frame_buffer_size = 2048;
+  EventLoop loop(config);
+  const std::vector<Frame> sent{numbered_frame(1, 60), numbered_frame(2, 1400), numbered_frame(3, 16)};
+  for (const auto& datagram : sent) pair.send_to_loop(datagram, 0x68);
+  std::vector<Frame> received;
+  std::vector<Datagram> meta;
+  loop.attach_datagram_socket(pair.loop_end, [&](const Datagram& datagram, Instant) {
+    received.emplace_back(datagram.payload.begin(), datagram.payload.end());
+    meta.push_back(datagram);
+    if (received.size() == sent.size()) loop.stop();
+  });
+  loop.run();
+  CHECK(received == sent);
+  CHECK(loop.counters().fixed_buffers == 0);  // a socket's sendmsg cannot use them: none pinned
+  for (const Datagram& datagram : meta) {
+    CHECK(datagram.source.sin_port == pair.peer_address.sin_port);
+    CHECK(datagram.source.sin_addr.s_addr == htonl(INADDR_LOOPBACK));
+    CHECK(datagram.destination.s_addr == htonl(INADDR_LOOPBACK));
+    CHECK(datagram.tos == 0x68);
+    CHECK(datagram.ttl > 0);
+  }
+}
+
+TEST_CASE("a datagram larger than a receive buffer is counted as truncated, not delivered", "[vnic][loop][netdev]") {
+  UdpPair pair;
+  EventLoopConfig config;
+  config.rx_buffers = 2;
+  config.frame_buffer_size = 1024;  // header, address and control messages take part of it
+  EventLoop loop(config);
+  pair.send_to_loop(numbered_frame(1, 1000), 0);
+  pair.send_to_loop(numbered_frame(2, 100), 0);
+  std::vector<Frame> received;
+  loop.attach_datagram_socket(pair.loop_end, [&](const Datagram& datagram, Instant) {
+    received.emplace_back(datagram.payload.begin(), datagram.payload.end());
+    loop.stop();
+  });
+  loop.run();
+  REQUIRE(received.size() == 1);
+  CHECK(received[0] == numbered_frame(2, 100));
+  CHECK(loop.counters().rx_truncated == 1);
+}
+
+TEST_CASE("datagrams sent through the slots and the backlog reach their own destinations in order",
+          "[vnic][loop][netdev]") {
+  UdpPair pair;
+  EventLoopConfig config;
+  config.tx_slots = 2;
+  EventLoop loop(config);
+  loop.attach_datagram_socket(pair.loop_end, [](const Datagram&, Instant) {});
+  DatagramDestination destination;
+  destination.to = pair.peer_address;
+  destination.from.s_addr = htonl(INADDR_LOOPBACK);
+  destination.tos = 0x02;
+  std::vector<Frame> sent;
+  for (std::uint8_t i = 1; i <= 5; ++i) {  // two in slots, three wait in the backlog
+    sent.push_back(numbered_frame(i, 50 + i));
+    CHECK(loop.transmit_to(sent.back(), destination));
+  }
+  const MutableByteSpan none = loop.prepare_transmit(10);
+  CHECK(none.empty());  // the backlog is not empty: nothing jumps the queue
+  CHECK(loop.counters().tx_backlogged == 3);
+  loop.add_timer_source([&](Instant) -> std::optional<Instant> {
+    if (loop.counters().tap_tx_frames == sent.size()) loop.stop();
+    return Clock::now() + std::chrono::milliseconds(1);
+  });
+  loop.run();
+  std::vector<Frame> arrived;
+  std::array<std::uint8_t, 2048> buffer{};
+  for (ssize_t n; (n = ::recv(pair.peer, buffer.data(), buffer.size(), MSG_DONTWAIT)) > 0;) {
+    arrived.emplace_back(buffer.begin(), buffer.begin() + n);
+  }
+  CHECK(arrived == sent);
 }

@@ -34,7 +34,7 @@
 
 namespace rrdma::verbs {
 
-// Where the engine's packets go: the daemon's RoCE v2 UDP port (vnic/roce_port.h).
+// Where the engine's packets go: the daemon's RoCE v2 UDP port (vnic/ports/roce_port.h).
 class PacketPort {
  public:
   virtual ~PacketPort() = default;
@@ -140,6 +140,9 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
 
   // The TAP's carrier: IBV_EVENT_PORT_ACTIVE / PORT_ERR to every context.
   void set_link(bool up, Instant now);
+  // The netdev's IPv4 address (GID index 0) and MTU changed (`up --netdev`: the interface's
+  // own): contexts get IBV_EVENT_GID_CHANGE for a new address; query_port reads the new MTU.
+  void set_address_and_mtu(stack::Ipv4Address address, int netdev_mtu, Instant now);
 
   std::vector<ClientListing> listing();
   const Quotas& quotas() const { return registry_.quotas(); }

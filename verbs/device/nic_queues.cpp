@@ -436,4 +436,13 @@ void Nic::set_link(bool up, Instant now) {
   publish();
 }
 
+void Nic::set_address_and_mtu(stack::Ipv4Address address, int netdev_mtu, Instant now) {
+  now_ = now;
+  config_.netdev_mtu = netdev_mtu;
+  if (config_.address == address) return;
+  config_.address = address;
+  for (const auto& [handle, context] : contexts_) post_event(handle, IBV_EVENT_GID_CHANGE, caps::kPortNum);
+  publish();
+}
+
 }  // namespace rrdma::verbs

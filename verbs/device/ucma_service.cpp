@@ -1073,4 +1073,11 @@ nlohmann::json UcmaService::listing() const {
   return {{"listeners", listeners}, {"ids", connections}, {"cm_connections", cm_.connection_count()}};
 }
 
+void UcmaService::set_address_and_mtu(stack::Ipv4Address address, int netdev_mtu) {
+  config_.address = address;
+  config_.netdev_mtu = netdev_mtu;
+  path_mtu_ = path_mtu_for(netdev_mtu);
+  cm_.set_local_address(address);
+}
+
 }  // namespace rrdma::verbs

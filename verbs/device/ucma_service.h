@@ -88,6 +88,8 @@ class UcmaService final : private rocev2::cm::CmEventSink {
   rocev2::cm::ConnectionManager& cm() { return cm_; }
   std::optional<Instant> next_deadline() const;
   void advance(Instant now);
+  // The netdev's address or MTU changed (`up --netdev`): new ids bind and resolve with them.
+  void set_address_and_mtu(stack::Ipv4Address address, int netdev_mtu);
 
   const UcmaCounters& counters() const { return counters_; }
   // For `rrdma-vnic status`: listeners and connections.
