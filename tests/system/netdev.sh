@@ -9,6 +9,8 @@
 #   - another user cannot reach the vnic or its state directory;
 #   - ibv_rc_pingpong, ib_write_bw (no -R: dialled at the peer's address), rping, qperf
 #     (verbs and rdma_cm), rcopy (the copy compared);
+#   - the wire during rping (tshark on the veth, rrdma_netdev_wire_check): every frame's ICRC,
+#     IPv4 ID 0, DF, UDP checksum 0, source port 4791;
 #   - datagrams to 4791 that are not RoCE: counted and dropped;
 #   - the port follows the interface: down/up (port_active), an address removed and given
 #     back (the GIDs), the interface deleted (the daemon goes, leaving nothing).
@@ -16,8 +18,9 @@ TEST_DEADLINE=${RRDMA_TEST_DEADLINE:-560}
 source "$(dirname "$0")/lib.sh"
 
 require_system
+[[ -n "${RRDMA_NETDEV_WIRE_CHECK:-}" && -x "$RRDMA_NETDEV_WIRE_CHECK" ]] || fail "RRDMA_NETDEV_WIRE_CHECK is not set"
 command -v setpriv >/dev/null || skip "no setpriv (util-linux)"
-for program in ibv_rc_pingpong ib_write_bw rping qperf rcopy; do
+for program in ibv_rc_pingpong ib_write_bw rping qperf rcopy tshark; do
   command -v "$program" >/dev/null || skip "no $program (scripts/deps installs it)"
 done
 init_test nd
@@ -133,8 +136,22 @@ log "RDMA between the two interfaces' own addresses"
 run_pair rc_pingpong ibv_rc_pingpong -d rr0 -g 0 -n 200 -- ibv_rc_pingpong -d rr1 -g 0 -n 200 "$IP_A" &&
   grep -q "200 iters" "$TMPD/rc_pingpong.client" || fail_case "rc_pingpong: no iteration count"
 run_pair write_bw ib_write_bw -d rr0 -x 0 -s 65536 -n 200 -- ib_write_bw -d rr1 -x 0 -s 65536 -n 200 "$IP_A"
+# The wire, during rping: tshark on A's veth; every RoCE frame of both sides must carry an
+# ICRC that verifies over the IPv4 packet and from the UDP payload alone, IPv4 ID 0, DF, UDP
+# checksum 0 and source port 4791 (rrdma_netdev_wire_check; docs/WIRE.md, "RoCE v2 through
+# the kernel's UDP").
+ip netns exec "$NS_A" tshark -i "$IF_A" -f "udp port 4791" -w "$TMPD/rping.pcapng" >/dev/null 2>"$TMPD/tshark.err" &
+TSHARK=$!
+register_pid "$TSHARK"
+wait_until 30 "tshark to capture on $IF_A" grep -q "Capturing on" "$TMPD/tshark.err"
 run_pair rping rping -s -a "$IP_A" -C 20 -v -- rping -c -a "$IP_A" -C 20 -v &&
   expect_eq "$(grep -c 'ping data' "$TMPD/rping.client")" 20 "rping lines"
+kill -TERM "$TSHARK"; wait "$TSHARK" 2>/dev/null
+if "$RRDMA_NETDEV_WIRE_CHECK" "$TMPD/rping.pcapng" --ours "$IP_A" --ours "$IP_B" --quiet >"$TMPD/wire.out" 2>&1; then
+  log "  the wire during rping: $(grep -E '^roce frames' "$TMPD/wire.out")"
+else
+  fail_case "the wire during rping: $(head -n 8 "$TMPD/wire.out")"
+fi
 # qperf: its own TCP connection to A's address, then RC over rdma_cm (without -cm1 qperf
 # gives its QPs an address vector without a GRH, which no RoCE device accepts, rxe included).
 "${AS_A[@]}" timeout 120 "$RRDMA_VNIC" exec --dev rr0 -- qperf >"$TMPD/qperf.server" 2>&1 &
