@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `rrdma-vnic up --netdev` (issue 28): RDMA on an interface a namespace already has, through
 # the kernel's UDP, with no privilege at all. Root only builds the scene: two namespaces
-# joined by one veth pair, each end with one address. Everything else runs as uid 65534
+# joined by one veth pair, each end with one address. Everything else runs as an ordinary uid
 # with no capabilities (setpriv): the daemons, status/stats/down, and the programs, which
 # reach the peer's one address with TCP (their own exchange) and RDMA alike:
 #   - bad use: no such interface, no IPv4 address, UDP 4791 taken, --ip with --netdev,
@@ -9,6 +9,8 @@
 #   - another user cannot reach the vnic or its state directory;
 #   - ibv_rc_pingpong, ib_write_bw (no -R: dialled at the peer's address), rping, qperf
 #     (RC over rdma_cm; its UD tests refused as on rxe), rcopy (the copy compared);
+#   - the wire during rping (tshark on the veth, rrdma_netdev_wire_check): every frame's ICRC,
+#     IPv4 ID 0, DF, UDP checksum 0, source port 4791;
 #   - datagrams to 4791 that are not RoCE: counted and dropped;
 #   - the port follows the interface: down/up (port_active), an address removed and given
 #     back (the GIDs), the interface deleted (the daemon goes, leaving nothing).
@@ -16,8 +18,9 @@ TEST_DEADLINE=${RRDMA_TEST_DEADLINE:-560}
 source "$(dirname "$0")/lib.sh"
 
 require_system
+[[ -n "${RRDMA_NETDEV_WIRE_CHECK:-}" && -x "$RRDMA_NETDEV_WIRE_CHECK" ]] || fail "RRDMA_NETDEV_WIRE_CHECK is not set"
 command -v setpriv >/dev/null || skip "no setpriv (util-linux)"
-for program in ibv_rc_pingpong ib_write_bw rping qperf rcopy; do
+for program in ibv_rc_pingpong ib_write_bw rping qperf rcopy tshark; do
   command -v "$program" >/dev/null || skip "no $program (scripts/deps installs it)"
 done
 init_test nd
@@ -29,7 +32,12 @@ IF_A="${PREFIX}a"
 IF_B="${PREFIX}b"
 IP_A="$NET.1"
 IP_B="$NET.2"
-USER_ID=65534
+# An ordinary user of this run's own (no passwd entry needed), not nobody: the kernel charges
+# each daemon's io_uring registered buffers to its user's RLIMIT_MEMLOCK (8 MiB by default),
+# across namespaces, so the --netdev daemons of tests running at the same time as one user
+# starve each other ("register transmit buffers: Cannot allocate memory"). OTHER_ID: another.
+USER_ID=$(( 70000 + ID_NUM % 20000 ))
+OTHER_ID=$(( USER_ID + 1 ))
 register_netns "$NS_A"
 register_netns "$NS_B"
 ip netns add "$NS_A" || fail "cannot create $NS_A"
@@ -58,7 +66,7 @@ as_user() {
 }
 as_user "$NS_A" "$RUN_A" "$USER_ID"; AS_A=("${AS[@]}")
 as_user "$NS_B" "$RUN_B" "$USER_ID"; AS_B=("${AS[@]}")
-as_user "$NS_A" "$RUN_A" 65533; AS_OTHER=("${AS[@]}")
+as_user "$NS_A" "$RUN_A" "$OTHER_ID"; AS_OTHER=("${AS[@]}")
 on_a() { "${AS_A[@]}" "$@"; }
 on_b() { "${AS_B[@]}" "$@"; }
 
@@ -104,9 +112,9 @@ grep -q '^CapEff:\s*0000000000000000' "/proc/$(daemon_pid "$RUN_A" rr0)/status" 
 
 log "another user reaches neither the vnic nor its directory"
 if "${AS_OTHER[@]}" "$RRDMA_VNIC" status rr0 >"$TMPD/other.out" 2>&1; then
-  fail_case "uid 65533 read rr0's status: $(cat "$TMPD/other.out")"
+  fail_case "uid $OTHER_ID read rr0's status: $(cat "$TMPD/other.out")"
 fi
-"${AS_OTHER[@]}" ls "$RUN_A" &>/dev/null && fail_case "uid 65533 can list $RUN_A"
+"${AS_OTHER[@]}" ls "$RUN_A" &>/dev/null && fail_case "uid $OTHER_ID can list $RUN_A"
 
 # run_pair NAME SERVER_ARGS -- CLIENT_ARGS: a server program on A, its client on B dialling
 # A's one address, both as the user under `rrdma-vnic exec`; both must exit 0.
@@ -147,8 +155,29 @@ VALUE=$(tr ' ' '\n' <"$TMPD/capture.out" | sed -n 's/^frames_written=//p')
 grep -q "RC Send" <<<"$(tshark -r "$TMPD/owner/rr0.pcap" 2>/dev/null)" || fail_case "tshark does not read RC sends in the owner's capture"
 grep -q "roce  RC SEND" "$TMPD/trace.out" || fail_case "trace as the owner: $(head -c 300 "$TMPD/trace.out")"
 run_pair write_bw ib_write_bw -d rr0 -x 0 -s 65536 -n 200 -- ib_write_bw -d rr1 -x 0 -s 65536 -n 200 "$IP_A"
+# The wire, during rping: tshark on A's veth; every RoCE frame of both sides must carry an
+# ICRC that verifies over the IPv4 packet and from the UDP payload alone, IPv4 ID 0, DF, UDP
+# checksum 0 and source port 4791 (rrdma_netdev_wire_check; docs/WIRE.md, "RoCE v2 through
+# the kernel's UDP").
+ip netns exec "$NS_A" tshark -i "$IF_A" -f "udp port 4791" -w "$TMPD/rping.pcapng" >/dev/null 2>"$TMPD/tshark.err" &
+TSHARK=$!
+register_pid "$TSHARK"
+wait_until 30 "tshark to capture on $IF_A" grep -q "Capturing on" "$TMPD/tshark.err"
 run_pair rping rping -s -a "$IP_A" -C 20 -v -- rping -c -a "$IP_A" -C 20 -v &&
   expect_eq "$(grep -c 'ping data' "$TMPD/rping.client")" 20 "rping lines"
+# dumpcap hands on what it captured a block at a time (libpcap's TPACKET_V3 ring, retired
+# after a timeout): stopping it at once loses the last block, here all of rping. So wait until
+# the file shows both sides' frames (15 s at most), then stop it.
+for _ in {1..30}; do
+  "$RRDMA_NETDEV_WIRE_CHECK" "$TMPD/rping.pcapng" --ours "$IP_A" --ours "$IP_B" --quiet &>/dev/null && break
+  sleep 0.5
+done
+kill -TERM "$TSHARK"; wait "$TSHARK" 2>/dev/null
+if "$RRDMA_NETDEV_WIRE_CHECK" "$TMPD/rping.pcapng" --ours "$IP_A" --ours "$IP_B" --quiet >"$TMPD/wire.out" 2>&1; then
+  log "  the wire during rping: $(grep -E '^roce frames' "$TMPD/wire.out")"
+else
+  fail_case "the wire during rping: $(head -n 8 "$TMPD/wire.out")"
+fi
 # qperf: its own TCP connection to A's address, then RC over rdma_cm (without -cm1 qperf
 # gives its QPs an address vector without a GRH, which no RoCE device accepts, rxe included).
 # Its UD tests never use rdma_cm: qperf 0.4.11 turns -cm1 off for all but RC (it warns "-cm1
