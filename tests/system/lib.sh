@@ -125,12 +125,14 @@ CLEAN_LINKS=()
 CLEAN_NETNS=()
 CLEAN_DIRS=()
 CLEAN_PIDS=()
+CLEAN_LOGS=()
 
 register_pid() { CLEAN_PIDS+=("$1"); }  # a process this test started, ended by its pid
 register_vnic() { CLEAN_VNICS+=("$1"); }
 register_link() { CLEAN_LINKS+=("$1"); }
 register_netns() { CLEAN_NETNS+=("$1"); }
 register_dir() { CLEAN_DIRS+=("$1"); }
+register_log() { CLEAN_LOGS+=("$1"); }  # a daemon's log outside /run/rrdma, shown on failure
 
 # Runs on every exit. Order matters: the vnics first (their daemons hold the TAPs), then
 # the links, then the namespaces (deleting one also deletes the veth ends inside it).
@@ -144,6 +146,9 @@ cleanup() {
     kill "$WATCHDOG_PID" 2>/dev/null
     [[ -n "$sleeper" ]] && kill $sleeper 2>/dev/null
   fi
+  for name in "${CLEAN_LOGS[@]}"; do
+    (( rc == 0 )) || [[ ! -s "$name" ]] || { echo "--- $name (last lines):" >&2; tail -n 20 "$name" >&2; }
+  done
   for pid in "${CLEAN_PIDS[@]}"; do
     kill -TERM "$pid" 2>/dev/null || continue
     for _ in {1..50}; do pid_alive "$pid" || break; sleep 0.2; done

@@ -38,39 +38,54 @@ done
 
 log "2. fi_pingpong -p verbs, $VNIC_A (namespace $NS_A) and $VNIC_B (namespace $NS_B)"
 ITERATIONS=200
-# pingpong_row NAME ARGS...: one pair; the server's control port is the next CM_PORT.
+# pingpong_row NAME PROVIDER ARGS...: one pair of `fi_pingpong -p PROVIDER ARGS`; the
+# server's control port is the next CM_PORT.
 pingpong_row() {
-  local name=$1 rc_server rc_client figure
-  shift
+  local name=$1 provider=$2 rc_server rc_client figure
+  shift 2
   next_port
   stats_snapshot "$VNIC_A" "$TMPD/$name.a.before"
   stats_snapshot "$VNIC_B" "$TMPD/$name.b.before"
-  cm_start "$name.server" "$NS_A" "$VNIC_A" timeout 120 fi_pingpong -p verbs "$@" -I "$ITERATIONS" -c -B "$CM_PORT"
+  cm_start "$name.server" "$NS_A" "$VNIC_A" timeout 120 fi_pingpong -p "$provider" "$@" -I "$ITERATIONS" -c -B "$CM_PORT"
   local server=$CM_PID
   # The control connection is TCP: the client may try before the server listens.
   wait_until 30 "fi_pingpong's server to listen on $CM_PORT" \
     eval "grep -q ':$(printf %04X "$CM_PORT") ' <(ip netns exec '$NS_A' cat /proc/net/tcp)"
-  cm_run "$name.client" 120 "$NS_B" "$VNIC_B" fi_pingpong -p verbs "$@" -I "$ITERATIONS" -c -P "$CM_PORT" "$NS_A_IP"
+  cm_run "$name.client" 120 "$NS_B" "$VNIC_B" fi_pingpong -p "$provider" "$@" -I "$ITERATIONS" -c -P "$CM_PORT" "$NS_A_IP"
   rc_client=$CM_RC
   cm_wait "$server" 60
   rc_server=$CM_RC
   stats_snapshot "$VNIC_A" "$TMPD/$name.a.after"
   stats_snapshot "$VNIC_B" "$TMPD/$name.b.after"
   figure=$(awk '$1 ~ /^[0-9]+[kmg]?$/ && $3 ~ /^=/ {f = $1 ": " $6 " MB/s, " $7 " us/xfer"} END {print f}' "$TMPD/$name.client.out")
+  # The verbs provider of libfabric 1.17 gives a passive endpoint that has no address
+  # (fi_pingpong's MSG server: no node, no service) the node "localhost", and rdma_bind_addr
+  # of 127.0.0.1 fails as a kernel's does (no RDMA device has that GID): fi_getinfo -61. The
+  # program's limit, not the device's; recorded with its words (docs/TESTING.md).
+  if (( rc_server == 61 )) && grep -q "^fi_getinfo(): .*ret=-61 " "$TMPD/$name.server.out"; then
+    row fi_pingpong "-p $provider $*" DECLINED "$(grep -m1 "^fi_getinfo()" "$TMPD/$name.server.out")"
+    return
+  fi
   if (( rc_server != 0 || rc_client != 0 )); then
     show_output "$name.server" "$rc_server"
     show_output "$name.client" "$rc_client"
-    row fi_pingpong "$*" FAIL "server $rc_server, client $rc_client: $(why "$TMPD/$name.client.out")"
-    fail_case "fi_pingpong $*: server exit $rc_server, client exit $rc_client"
+    row fi_pingpong "-p $provider $*" FAIL "server $rc_server, client $rc_client: $(why "$TMPD/$name.client.out")"
+    fail_case "fi_pingpong -p $provider $*: server exit $rc_server, client exit $rc_client"
     return
   fi
   # Every size sends ITERATIONS messages each way: each vnic received at least that many.
   expect_delta "$TMPD/$name.a.before" "$TMPD/$name.a.after" engine.packets_received "$ITERATIONS" at_least
   expect_delta "$TMPD/$name.b.before" "$TMPD/$name.b.after" engine.packets_received "$ITERATIONS" at_least
-  row fi_pingpong "$*" PASS "$figure"
+  row fi_pingpong "-p $provider $*" PASS "$figure"
 }
-pingpong_row dgram
-pingpong_row rdm -e rdm
+pingpong_row dgram verbs
+pingpong_row rdm verbs -e rdm
+if [[ $DEVICE_KIND == netdev ]]; then
+  # One address for TCP and RDMA: the client dials the server's one address, TCP for the
+  # control connection and rdma_cm for the fabric's (MSG, and RDM through ofi_rxm over MSG).
+  pingpong_row msg verbs -e msg
+  pingpong_row rdm_rxm "verbs;ofi_rxm" -e rdm
+fi
 
 print_rows
 finish_cases

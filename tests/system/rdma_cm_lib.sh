@@ -2,12 +2,15 @@
 # Shared by the rdma_cm_*.sh tests (issue 18; sourced after lib.sh, not run, not registered):
 # Debian's unmodified librdmacm programs (rdmacm-utils, perftest -R) through `rrdma-vnic exec`.
 #
-# The scene (cm_scene): one bridge; two vnics on it, each its own daemon (A .10, B .11); two
-# namespaces with a veth on the same bridge (A .20, B .30), the two "hosts" the programs run
-# in. A program in namespace A uses vnic A, one in namespace B vnic B (`exec --dev`). Unlike
-# the verbs programs there is no TCP side channel: everything, addresses included, goes
-# through the CM of the vnics' daemons, so the addresses the programs are given are the
-# vnics' (.10, .11), never the namespaces'.
+# The scene (cm_scene, device_scene.sh): two devices, A .10 and B .11, each its own daemon,
+# and two namespaces, the two "hosts" the programs run in. A program in namespace A uses
+# device A, one in namespace B device B (`exec --dev`). Unlike the verbs programs there is
+# no TCP side channel: everything, addresses included, goes through the CM of the devices'
+# daemons, so the addresses the programs are given are the devices' (.10, .11). With
+# RRDMA_DEVICE_KIND=tap (the default) these are TAP vnics on a bridge, and the namespaces
+# have addresses of their own (.20, .30); with netdev, `up --netdev` devices on the
+# namespaces' own veths, whose one address serves TCP and RDMA, the daemons and the programs
+# run as uid 65534 without capabilities.
 #
 # A CM listener opens no socket, so there is nothing like `ss -l` to wait for: a client whose
 # REQ finds no listener yet (REJECTED 8, or SIDR status 1 for UD) is tried again, a second
@@ -36,32 +39,15 @@ require_rdmacm() {
   done
 }
 
-# cm_scene [MTU]: the bridge, the namespaces, the vnics. Sets BR, VNIC_A/B, NS_A/B, VNIC_A_IP,
-# VNIC_B_IP, NS_A_IP, NS_B_IP, NOBODY_IP (on the subnet, answered by nobody) and CM_PORT (a
-# first port; each pair takes the next one, so a failed pair's listener cannot confuse the next).
+source "$(dirname "${BASH_SOURCE[0]}")/device_scene.sh"
+
+# cm_scene [MTU]: the two devices and the namespaces of device_scene.sh (either kind, by
+# RRDMA_DEVICE_KIND). Sets BR (tap), VNIC_A/B, NS_A/B, VNIC_A_IP, VNIC_B_IP, NS_A_IP,
+# NS_B_IP, NOBODY_IP (on the subnet, answered by nobody), AS_USER and CM_PORT (a first port;
+# each pair takes the next one, so a failed pair's listener cannot confuse the next).
 cm_scene() {
-  local mtu=${1:-}
-  BR="${PREFIX}b"
-  VNIC_A="${PREFIX}va"
-  VNIC_B="${PREFIX}vb"
-  NS_A="${PREFIX}-a"
-  NS_B="${PREFIX}-b"
-  VNIC_A_IP="$NET.10"
-  VNIC_B_IP="$NET.11"
-  NS_A_IP="$NET.20"
-  NS_B_IP="$NET.30"
-  NOBODY_IP="$NET.99"
   CM_PORT=$(( 20000 + ID_NUM % 20000 ))
-  make_bridge "$BR"
-  make_peer "$NS_A" "$BR" "${PREFIX}ha" "${PREFIX}na" "$NS_A_IP/24"
-  make_peer "$NS_B" "$BR" "${PREFIX}hb" "${PREFIX}nb" "$NS_B_IP/24"
-  log "up $VNIC_A ($VNIC_A_IP) and $VNIC_B ($VNIC_B_IP) on $BR${mtu:+, MTU $mtu}"
-  vnic_up "$VNIC_A" --ip "$VNIC_A_IP/24" --mac "$(mac_for 1)" --bridge "$BR" ${mtu:+--mtu "$mtu"}
-  vnic_up "$VNIC_B" --ip "$VNIC_B_IP/24" --mac "$(mac_for 2)" --bridge "$BR" ${mtu:+--mtu "$mtu"}
-  wait_reachable "$NS_A" "$VNIC_A_IP"
-  wait_reachable "$NS_B" "$VNIC_B_IP"
-  wait_reachable "$NS_A" "$VNIC_B_IP"
-  wait_reachable "$NS_B" "$VNIC_A_IP"
+  device_scene "$@"
 }
 
 next_port() { CM_PORT=$(( CM_PORT + 1 )); }
@@ -73,7 +59,7 @@ next_port() { CM_PORT=$(( CM_PORT + 1 )); }
 cm_start() {
   local name=$1 ns=$2 dev=$3
   shift 3
-  ip netns exec "$ns" "$RRDMA_VNIC" exec --dev "$dev" -- stdbuf -oL -eL "$@" >"$TMPD/$name.out" 2>&1 &
+  ip netns exec "$ns" "${AS_USER[@]}" "$RRDMA_VNIC" exec --dev "$dev" -- stdbuf -oL -eL "$@" >"$TMPD/$name.out" 2>&1 &
   CM_PID=$!
   CM_STARTED+=("$CM_PID")
 }
@@ -85,7 +71,7 @@ cm_run() {
   shift 4
   CM_RC=0
   timeout --kill-after=5 "$limit" \
-    ip netns exec "$ns" "$RRDMA_VNIC" exec --dev "$dev" -- stdbuf -oL -eL "$@" >"$TMPD/$name.out" 2>&1 || CM_RC=$?
+    ip netns exec "$ns" "${AS_USER[@]}" "$RRDMA_VNIC" exec --dev "$dev" -- stdbuf -oL -eL "$@" >"$TMPD/$name.out" 2>&1 || CM_RC=$?
 }
 
 # cm_client NAME LIMIT SERVER_PID NS VNIC PROGRAM ARGS...: cm_run, again (a second apart, for
