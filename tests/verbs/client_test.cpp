@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -829,6 +831,137 @@ TEST_CASE("client: async events come from the event ring", "[client]") {
 }
 
 // ---------------------------------------------------------------------------------------
+// Signals during a blocking wait (docs/VERBS_CLIENT.md, "Signals"): a kernel provider sleeps
+// in read(2) of the channel or async fd, which a handler installed without SA_RESTART ends
+// with EINTR and the kernel restarts under SA_RESTART (qperf's SIGALRM is the former).
+
+namespace {
+
+std::atomic<int> g_alarm_ticks{0};
+void count_alarm(int) { g_alarm_ticks.fetch_add(1, std::memory_order_relaxed); }
+
+// SIGALRM with `flags`, sent to the calling thread every 2 ms while in scope. A tick that
+// comes before the thread is asleep only runs the handler; one of the next finds it asleep,
+// however loaded the machine is.
+class AlarmTicks {
+ public:
+  explicit AlarmTicks(int flags) {
+    struct sigaction action {};
+    action.sa_handler = count_alarm;
+    action.sa_flags = flags;
+    sigemptyset(&action.sa_mask);
+    REQUIRE(::sigaction(SIGALRM, &action, &previous_) == 0);
+    sigevent to_me{};
+    to_me.sigev_notify = SIGEV_THREAD_ID;
+    to_me.sigev_signo = SIGALRM;
+    to_me._sigev_un._tid = ::gettid();
+    REQUIRE(::timer_create(CLOCK_MONOTONIC, &to_me, &timer_) == 0);
+    const itimerspec every{{0, 2'000'000}, {0, 2'000'000}};
+    REQUIRE(::timer_settime(timer_, 0, &every, nullptr) == 0);
+  }
+  // A tick the timer sent before it was deleted is delivered as timer_delete returns, to
+  // our handler still.
+  ~AlarmTicks() {
+    ::timer_delete(timer_);
+    ::sigaction(SIGALRM, &previous_, nullptr);
+  }
+  AlarmTicks(const AlarmTicks&) = delete;
+  AlarmTicks& operator=(const AlarmTicks&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+  timer_t timer_{};
+};
+
+// Runs `act` on its own thread once `ready()` holds, or after `limit` at the latest; joined
+// at the end of the scope.
+class Later {
+ public:
+  Later(std::function<bool()> ready, std::chrono::seconds limit, std::function<void()> act)
+      : thread_([this, ready = std::move(ready), limit, act = std::move(act)] {
+          const auto deadline = std::chrono::steady_clock::now() + limit;
+          while (!cancelled_ && !ready() && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          if (!cancelled_) act();
+        }) {}
+  ~Later() {
+    cancelled_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+  std::thread thread_;
+};
+
+// A channel with one armed CQ; complete() is the daemon's completion and signal.
+struct ChannelScene {
+  FakeDaemon daemon;
+  std::shared_ptr<client::Context> context = daemon.open();
+  std::shared_ptr<client::CompletionChannel> channel = context->create_comp_channel().value;
+  std::shared_ptr<client::CompletionQueue> cq = context->create_cq(4, channel).value;
+
+  ChannelScene() { REQUIRE(cq->req_notify(false) == 0); }
+  void complete() {
+    AdoptedRing& ring = daemon.ring(cq->handle());
+    RingProducer producer(ring.region.bytes(), ring.geometry);
+    REQUIRE(producer.try_push_value(make_cqe(1, 0)) == PushResult::Pushed);
+    REQUIRE(producer.publish_completions(false));
+    ring_eventfd(daemon.fd_of(cq->handle()));
+  }
+  void raise_event() {
+    RingProducer events(daemon.event_ring().region.bytes(), daemon.event_ring().geometry);
+    REQUIRE(events.try_push_value(AsyncEventEntry{static_cast<std::uint32_t>(EventType::CommEst), 0, 7}) ==
+            PushResult::Pushed);
+    events.publish();
+    ring_eventfd(daemon.event_fd());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("client: a signal handled without SA_RESTART ends a blocking wait with EINTR", "[client]") {
+  ChannelScene scene;
+  std::shared_ptr<client::CompletionQueue> fired;
+  AsyncEventEntry event{};
+  const auto never = [] { return false; };
+  // Were the wait to go on through the signals, the daemon's signal ends it after a while
+  // (and the check fails) instead of the test hanging.
+  SECTION("get_cq_event") {
+    Later rescue(never, std::chrono::seconds(20), [&] { scene.complete(); });
+    AlarmTicks ticks(0);
+    CHECK(scene.channel->get_cq_event(fired) == EINTR);
+  }
+  SECTION("get_async_event") {
+    Later rescue(never, std::chrono::seconds(20), [&] { scene.raise_event(); });
+    AlarmTicks ticks(0);
+    CHECK(scene.context->get_async_event(event) == EINTR);
+  }
+}
+
+TEST_CASE("client: under SA_RESTART a blocking wait sleeps through signals until its event", "[client]") {
+  ChannelScene scene;
+  std::shared_ptr<client::CompletionQueue> fired;
+  AsyncEventEntry event{};
+  g_alarm_ticks = 0;
+  // The daemon signals after 25 ticks of 2 ms have reached the sleeping thread.
+  const auto ticked = [] { return g_alarm_ticks.load() >= 25; };
+  SECTION("get_cq_event") {
+    Later daemon_signal(ticked, std::chrono::seconds(20), [&] { scene.complete(); });
+    AlarmTicks ticks(SA_RESTART);
+    CHECK(scene.channel->get_cq_event(fired) == 0);
+    CHECK(fired == scene.cq);
+  }
+  SECTION("get_async_event") {
+    Later daemon_signal(ticked, std::chrono::seconds(20), [&] { scene.raise_event(); });
+    AlarmTicks ticks(SA_RESTART);
+    REQUIRE(scene.context->get_async_event(event) == 0);
+    CHECK(event.event_type == static_cast<std::uint32_t>(EventType::CommEst));
+  }
+  CHECK(g_alarm_ticks.load() >= 25);
+}
+
+// ---------------------------------------------------------------------------------------
 // The daemon dies (docs/VERBS_CLIENT.md, "When the daemon dies")
 
 namespace {
@@ -948,6 +1081,26 @@ TEST_CASE("client: when the daemon dies, waits wake, outstanding work is flushed
   CHECK(qp->post_recv(recvs, posted) == EIO);
   CHECK(cq->req_notify(false) == EIO);
   CHECK(context->alloc_pd().error == EIO);
+}
+
+TEST_CASE("client: every thread asleep in get_async_event wakes when the daemon dies", "[client]") {
+  FakeDaemon daemon;
+  auto context = daemon.open();
+  const auto sleeper = [&] {
+    AsyncEventEntry entry{};
+    int error = 0;
+    do error = context->get_async_event(entry);  // DEVICE_FATAL once, then EIO
+    while (error == 0);
+    return error;
+  };
+  auto first = std::async(std::launch::async, sleeper);
+  auto second = std::async(std::launch::async, sleeper);
+  CHECK(first.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout);
+  daemon.die();
+  REQUIRE(first.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  REQUIRE(second.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  CHECK(first.get() == EIO);
+  CHECK(second.get() == EIO);
 }
 
 TEST_CASE("client: a program that only busy-polls notices the daemon's death within the check interval", "[client]") {
