@@ -65,47 +65,50 @@ std::string rate_text(const nlohmann::json* rate) {
   return text;
 }
 
-struct Row {
-  std::string name;
-  std::string value;
-  std::string rate;  // empty: none
-};
+// Text lines wrap before this column, so that a layer's line fits a terminal (and the
+// demo's indented output).
+constexpr std::size_t kLineWidth = 90;
 
-// Name, value right-aligned under the longest, rate after it: reads like `ethtool -S`.
-void print_rows(std::ostringstream& out, const std::vector<Row>& rows, const char* indent) {
-  std::size_t name_width = 0, value_width = 0;
-  for (const auto& row : rows) {
-    name_width = std::max(name_width, row.name.size());
-    value_width = std::max(value_width, row.value.size());
+// One object's counters on one line after its label, "name value" two spaces apart, as
+// `rdma statistic` prints a port's: wrapped lines start 4 spaces further in than the label.
+void print_pairs(std::ostringstream& out, const std::string& label, const std::vector<std::string>& pairs,
+                 const std::string& indent) {
+  std::string line = indent + label + ":";
+  bool has_pair = false;
+  for (const auto& pair : pairs) {
+    if (has_pair && line.size() + 2 + pair.size() > kLineWidth) {
+      out << line << "\n";
+      line = indent + "    " + pair;
+    } else {
+      line += (has_pair ? "  " : " ") + pair;
+    }
+    has_pair = true;
   }
-  for (const auto& row : rows) {
-    out << indent << row.name << std::string(name_width - row.name.size() + 1 + value_width - row.value.size(), ' ')
-        << row.value;
-    if (!row.rate.empty()) out << "  " << row.rate;
-    out << "\n";
-  }
+  out << line << "\n";
 }
 
 class TextWriter {
  public:
   explicit TextWriter(const StatsView& view) : view_(view) {}
 
-  // One object's members that are not objects, under a header `name:`; with no row left
-  // to show, the header only if `header_alone`.
+  // One object's members that are not objects, after the label `name:`; with nothing left
+  // to show, the label alone only if `header_alone`.
   void flat(const std::string& name, const nlohmann::json& counters, const nlohmann::json* rates,
-            const char* indent, bool header_alone) {
-    std::vector<Row> rows;
+            const std::string& indent, bool header_alone) {
+    std::vector<std::string> pairs;
     for (const auto& [key, value] : counters.items()) {
       if (value.is_object()) continue;
       if (!view_.all && is_zero(value)) {
         ++result_.zeros_omitted;
         continue;
       }
-      rows.push_back({key, value.is_string() ? value.get<std::string>() : value.dump(), rate_text(member(rates, key))});
+      std::string pair = key + " " + (value.is_string() ? value.get<std::string>() : value.dump());
+      const std::string rate = rate_text(member(rates, key));
+      if (!rate.empty()) pair += " (" + rate + ")";
+      pairs.push_back(std::move(pair));
     }
-    if (rows.empty() && !header_alone) return;
-    out_ << indent << name << ":\n";
-    print_rows(out_, rows, (std::string(indent) + "  ").c_str());
+    if (pairs.empty() && !header_alone) return;
+    print_pairs(out_, name, pairs, indent);
   }
 
   void opcode_table(const nlohmann::json& opcodes, const nlohmann::json* rates) {

@@ -35,9 +35,10 @@ struct StatsText {
   std::size_t zeros_omitted = 0;  // counters at 0 that the text leaves out (0 with `all`)
 };
 
-// The text form (pure, for the tests): flat layers as "name value", then the opcode table
-// and one block per QP, then a line saying how many zeros were left out. A layer, opcode
-// row or QP block with nothing left to show is left out whole.
+// The text form (pure, for the tests), in the order of the reply's keys: a flat layer as
+// one line "layer: name value  name value ..." (wrapped before column 90), the opcode table,
+// one line per QP with a line per nested part; then a line saying how many zeros were left
+// out. A layer, opcode row or nested part with nothing left to show is left out whole.
 StatsText format_stats_text(const nlohmann::json& stats, const StatsView& view = {});
 
 // The growth per second of every number in `now` that `before` has at the same place, over

@@ -21,6 +21,16 @@ vnic_up "$VNIC" --ip "$VNIC_IP/24" --bridge "$BR"
 wait_reachable "$NS" "$VNIC_IP"
 ping_all "$NS" 3 "$VNIC_IP"
 
+# pairs FILE: "layer name value" for each counter of a flat layer in the text of `stats`
+# ("layer: name value  name value ...", wrapped lines 4 spaces in; the opcode table's rows
+# and a QP's parts are 2 spaces in, and no RoCE ran here).
+pairs() {
+  awk '/^[^ ]/ {layer = $1; sub(/:$/, "", layer); first = 2}
+       /^    [^ ]/ {first = 1}
+       /^  [^ ]/ {next}
+       {for (i = first; i < NF; i += 2) print layer, $i, $(i + 1)}' "$1"
+}
+
 # zeros_in FILE: sets ZEROS, the counters at 0 in a --json reply, over the layers of
 # $LAYERS (no RoCE ran: no opcode rows and no QPs, every layer is flat).
 zeros_in() {
@@ -37,12 +47,12 @@ vnic stats "$VNIC" >"$TMPD/default.txt" || fail "stats $VNIC"
 stats_snapshot "$VNIC" "$TMPD/after.json"
 vnic stats "$VNIC" --all >"$TMPD/all.txt" || fail "stats $VNIC --all"
 # The flat layers (the opcode table has its heading even when empty).
-LAYERS=$(sed -nE 's/^([a-z_]+):$/\1/p' "$TMPD/all.txt" | grep -vx roce_opcodes)
+LAYERS=$(sed -nE 's/^([a-z0-9_]+):.*/\1/p' "$TMPD/all.txt" | grep -vx roce_opcodes)
 [[ -n "$LAYERS" ]] || fail "no layer in --all: $(head -c 400 "$TMPD/all.txt")"
 
-shown_zeros=$(awk '/^  / && NF == 2 && $2 == "0"' "$TMPD/default.txt")
+shown_zeros=$(pairs "$TMPD/default.txt" | awk '$3 == "0"')
 [[ -z "$shown_zeros" ]] || fail "the default shows counters at 0: $shown_zeros"
-grep -qE '^  rx_echo_requests +[1-9][0-9]*$' "$TMPD/default.txt" ||
+pairs "$TMPD/default.txt" | grep -qE '^icmp rx_echo_requests [1-9][0-9]*$' ||
   fail "no icmp echo requests in: $(cat "$TMPD/default.txt")"
 omitted=$(sed -nE 's/^\(([0-9]+) counters? at 0 not shown; --all shows them\)$/\1/p' "$TMPD/default.txt")
 [[ -n "$omitted" && $(tail -n 1 "$TMPD/default.txt") == "("*")" ]] ||
@@ -57,7 +67,7 @@ expect_ge "$omitted" "$after" "zeros left out vs the reply after"
 log "--all and --json name the same counters in every layer, zeros included"
 for layer in $LAYERS; do
   "$RRDMA_JSON_GET" "$layer" <"$TMPD/after.json" | awk '{print $1}' | sort >"$TMPD/json.keys"
-  awk -v layer="$layer" '/^[^ ]/ {p = ($0 == layer ":"); next} p {print $1}' "$TMPD/all.txt" | sort >"$TMPD/all.keys"
+  pairs "$TMPD/all.txt" | awk -v layer="$layer" '$1 == layer {print $2}' | sort >"$TMPD/all.keys"
   cmp -s "$TMPD/json.keys" "$TMPD/all.keys" ||
     fail "layer $layer: --json and --all differ: $(diff "$TMPD/json.keys" "$TMPD/all.keys" | head -n 6 | tr '\n' ' ')"
 done
@@ -71,8 +81,9 @@ watch_pid=$!
 wait_until 30 "the first print of --watch" grep -q "not shown" "$TMPD/watch.txt"
 ping_all "$NS" 5 "$VNIC_IP"
 wait_until 30 "a rate of echo requests above 0" \
-  grep -qE '^  rx_echo_requests +[0-9]+  ([1-9][0-9.]*|0\.[1-9])/s$' "$TMPD/watch.txt"
+  grep -qE '^icmp: .*rx_echo_requests [0-9]+ \(([1-9][0-9.]*|0\.[1-9])/s\)' "$TMPD/watch.txt"
 kill "$watch_pid" 2>/dev/null
 wait "$watch_pid" 2>/dev/null
-grep -qE '^  rx_echo_requests +[0-9]+$' "$TMPD/watch.txt" || fail "the first print of --watch has rates already"
+[[ $(grep -m 1 '^icmp: ' "$TMPD/watch.txt") =~ rx_echo_requests\ [0-9]+($|\ \ ) ]] ||
+  fail "the first print of --watch has rates already: $(grep -m 1 '^icmp: ' "$TMPD/watch.txt")"
 log "ok"
