@@ -4,7 +4,7 @@
 
 namespace rrdma::vnic {
 
-Telemetry::Telemetry(EventLoop& loop, FrameCapture& capture) : capture_(capture), tracer_(loop, capture) {}
+Telemetry::Telemetry(EventLoop& loop, FrameCapture& capture) : tracer_(loop, capture) {}
 
 Telemetry::~Telemetry() = default;
 

@@ -58,7 +58,6 @@ class Telemetry final : public rocev2::EngineObserver,
   void frame_looped_back(ByteSpan frame) override;
 
  private:
-  FrameCapture& capture_;
   RoceStats stats_;
   Tracer tracer_;
 };

@@ -27,6 +27,8 @@
 #   TARGET    frame, admin_json, ... as above (fuzz_frame works too); default: all of them
 #   RRDMA_FUZZ_BUILD=dir    build directory (default build-fuzz at the top)
 #   RRDMA_FUZZ_JOBS=n       targets run at once (default 1)
+#   RRDMA_WERROR=ON         a warning fails the build (-Werror, and scripts/check-warnings
+#                           on its logs); scripts/test sets it
 # Bad arguments: a message, and exit 2 before anything is built. --help: this text.
 set -euo pipefail
 
@@ -73,10 +75,15 @@ done
 (( ${#targets[@]} )) || targets=("${all_targets[@]}")
 
 started=$(date +%s)
+# RRDMA_WERROR=ON (scripts/test sets it): a warning fails the build, as in the other trees.
+werror=${RRDMA_WERROR:-OFF}
+mkdir -p "$build"
 CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DRRDMA_SANITIZE=ON -DBUILD_SHARED_LIBS=OFF \
-  -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link >/dev/null
-cmake --build "$build" --target fuzz_targets -j "${RRDMA_JOBS:-2}"
+  -DRRDMA_SANITIZE=ON -DBUILD_SHARED_LIBS=OFF -DRRDMA_WERROR="$werror" \
+  -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log" >&2; exit 1; }
+cmake --build "$build" --target fuzz_targets -j "${RRDMA_JOBS:-2}" 2>&1 | tee "$build/build.log"
+[[ $werror != ON ]] || "$root/scripts/check-warnings" "$build/configure.log" "$build/build.log"
 built=$(date +%s)
 
 work=$build/fuzz

@@ -67,7 +67,10 @@ const rocev2::RecvWr* Nic::RingReceiveQueue::front() const {
     fail();
     return nullptr;
   }
-  head_ = to_recv_wr(wqe);
+  // Built in place: moving a RecvWr in (its small_vector's inline buffer) makes GCC 12 warn
+  // that the copy may read past that buffer (-Wstringop-overread), since it cannot see that
+  // an inline buffer holds at most its 2 elements.
+  fill_recv_wr(wqe, head_.emplace());
   return &*head_;
 }
 

@@ -79,12 +79,16 @@ rocev2::SendWr to_send_wr(const SendWqe& wqe) {
 
 rocev2::RecvWr to_recv_wr(const RecvWqe& wqe) {
   rocev2::RecvWr wr;
+  fill_recv_wr(wqe, wr);
+  return wr;
+}
+
+void fill_recv_wr(const RecvWqe& wqe, rocev2::RecvWr& wr) {
   wr.wr_id = wqe.wr_id;
   const std::uint32_t n = std::min<std::uint32_t>(wqe.num_sge, kMaxSge);
   for (std::uint32_t i = 0; i < n; ++i) {
     wr.sg_list.push_back({wqe.sge[i].addr, wqe.sge[i].length, rocev2::Lkey(wqe.sge[i].lkey)});
   }
-  return wr;
 }
 
 Cqe to_cqe(const rocev2::Completion& c) {

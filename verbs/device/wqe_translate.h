@@ -13,6 +13,9 @@ namespace rrdma::verbs {
 // ud_traffic_class.
 rocev2::SendWr to_send_wr(const SendWqe& wqe);
 rocev2::RecvWr to_recv_wr(const RecvWqe& wqe);
+// to_recv_wr into an empty RecvWr where it lives: a receive queue's head is built in place
+// rather than moved in (nic_queues.cpp says why).
+void fill_recv_wr(const RecvWqe& wqe, rocev2::RecvWr& wr);
 Cqe to_cqe(const rocev2::Completion& completion);
 
 }  // namespace rrdma::verbs
