@@ -224,6 +224,9 @@ struct CmCounters {
   std::uint64_t rx_duplicates = 0;     // duplicate REQ/REP/DREQ, answered or dropped
   std::uint64_t rx_wrong_qpn = 0;      // DREQ whose remote QPN is not ours
   std::uint64_t rx_unsupported = 0;    // SIDR and the rest of what is not done
+  // A REQ or REP naming the QP of a live connection (a stale connection) from an address
+  // that is not that connection's peer: refused, the live connection left alone.
+  std::uint64_t rx_stale_foreign = 0;
   std::uint64_t tx_mads = 0;
   std::uint64_t resends = 0;
   std::uint64_t timeouts = 0;
@@ -287,8 +290,17 @@ class ConnectionManager final : public MadHandler {
   std::optional<CmQpAttributes> qp_attributes(ConnectionId c, QpState qp_state) const;
   std::size_t connection_count() const { return connections_.size(); }
   const CmCounters& counters() const { return counters_; }
+  // Entries of the lookup indexes (by peer comm ID, by peer QP, by SIDR request): what a
+  // received MAD is matched against instead of every connection.
+  std::size_t index_entries() const { return by_remote_.size() + by_peer_qp_.size() + by_sidr_.size(); }
 
  private:
+  // An index key: (the peer's CA GUID or address, its comm ID, QPN or request ID). An index
+  // is a set of (key, local comm ID), so that a lookup is one lower_bound, O(log n), and two
+  // connections with one key (never in a run that follows the rules) both stay findable.
+  using IndexKey = std::pair<std::uint64_t, std::uint32_t>;
+  using Index = std::set<std::pair<IndexKey, std::uint32_t>>;
+
   struct Connection {
     CmState state = CmState::Idle;
     bool active = false;
@@ -319,6 +331,10 @@ class ConnectionManager final : public MadHandler {
     std::optional<Instant> deadline;
     Duration interval{};
     std::uint8_t retries_left = 0;
+    // Where the connection is in the indexes now (reindex keeps these true).
+    std::optional<IndexKey> remote_key;
+    std::optional<IndexKey> peer_qp_key;
+    std::optional<IndexKey> sidr_key;
   };
 
   std::uint64_t own_tid(const Connection& c) const;
@@ -328,6 +344,20 @@ class ConnectionManager final : public MadHandler {
   Connection* find_remote(CommId remote_id, std::uint64_t remote_ca_guid);
   // A connection whose peer QP (QPN, CA GUID) is known and not yet in timewait.
   Connection* find_live_peer_qp(Qpn qpn, std::uint64_t guid);
+  // An unanswered SIDR_REQ: its request ID from that address.
+  Connection* find_sidr(std::uint32_t request_id, stack::Ipv4Address source);
+  Connection* lookup(const Index& index, IndexKey key);
+  // Puts `c` in the indexes its state and peer fields call for, and out of the others; called
+  // on every state change (set_state), so the peer fields are set before the state.
+  void reindex(Connection& c);
+  static void move_key(Index& index, std::optional<IndexKey>& held, std::optional<IndexKey> wanted, std::uint32_t id);
+  Connection& add_connection(CommId id);
+  void erase_connection(std::uint32_t id);
+  // A REQ or REP from `source` names the QP of `old`, a live connection: the IBA's stale
+  // connection. Refused (REJ 10, counted) in any case; `old` is disconnected only when
+  // `source` is its peer's address.
+  void refuse_stale(stack::Ipv4Address source, const CmMessage& m, CommId remote, MessageRejected what, Connection& old,
+                    Instant now);
   // The connection a reply is for: its remote comm ID field names us, and, when the message
   // says who sent it (`local`, non-zero), that is our peer.
   Connection* match(CommId our_id, std::optional<CommId> their_id);
@@ -366,6 +396,9 @@ class ConnectionManager final : public MadHandler {
   CmObserver* observer_ = nullptr;
   std::set<std::uint64_t> listeners_;
   std::map<std::uint32_t, Connection> connections_;  // by local comm ID
+  Index by_remote_;   // passive RC connections not IDLE: (peer CA GUID, peer comm ID)
+  Index by_peer_qp_;  // connections whose peer QP is known, not yet in timewait: (GUID, QPN)
+  Index by_sidr_;     // SIDR_REQ_RCVD: (peer address, request ID)
   // Every deadline set, earliest first (arm); stale entries are dropped at the front.
   mutable std::priority_queue<Due, std::vector<Due>, std::greater<>> due_;
   std::uint32_t next_comm_id_;

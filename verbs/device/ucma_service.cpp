@@ -985,13 +985,12 @@ void UcmaService::on_connect_request(const cm::CmEvent& e) {
   const bool wrong_address = !destination || !source || *destination != config_.address;
   const bool sidr = e.type == cm::CmEventType::SidrRequest;
   const bool wrong_type = listener != nullptr && listener->ps != cm::PortSpace::Ib && sidr != listener->ud;
-  if (listener == nullptr || wrong_address || wrong_type) {  // REJ 28, as cma_ib_req_handler's failure
+  // REJ 28 (SIDR_REP status 2): cma_ib_req_handler fails and ib_cm destroys the cm_id it made
+  // for the REQ, whose cm_destroy_id sends that answer. Destroyed, not only rejected: no id
+  // holds the connection, and a rejected one would stay in the CM for ever.
+  if (listener == nullptr || wrong_address || wrong_type) {
     ++counters_.connect_requests_rejected_address;
-    if (sidr) {
-      cm_.sidr_reply(e.connection, {.status = cm::SidrStatus::Rejected}, now_);
-    } else {
-      cm_.reject(e.connection, {}, now_);
-    }
+    cm_.destroy(e.connection, now_);
     return;
   }
   const auto channel = channels_.find(listener->channel);
