@@ -97,6 +97,8 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const CmCounters& c) {
       {"rx_wrong_qpn", c.rx_wrong_qpn},
       {"rx_unsupported", c.rx_unsupported},
       {"rx_stale_foreign", c.rx_stale_foreign},
+      {"req_held", c.req_held},
+      {"req_held_served", c.req_held_served},
       {"tx_mads", c.tx_mads},
       {"resends", c.resends},
       {"timeouts", c.timeouts}};
@@ -392,8 +394,8 @@ void ConnectionManager::on_req(stack::Ipv4Address source, const CmMessage& m, co
     refuse_stale(source, m, req.local_comm_id, MessageRejected::Req, *old, now);
     return;
   }
-  if (!listeners_.contains(req.service_id)) {  // cm_match_req: no listener
-    issue_rej(source, m, req.local_comm_id, RejectReason::InvalidServiceId, MessageRejected::Req, now);
+  if (!listeners_.contains(req.service_id)) {  // cm_match_req: no listener (yet)
+    if (!hold(source, m, req, now)) reject_no_listener(source, m, req, now);
     return;
   }
   const std::optional<CommId> id = allocate_comm_id();
@@ -428,6 +430,48 @@ void ConnectionManager::on_req(stack::Ipv4Address source, const CmMessage& m, co
             .path_mtu = req.path_packet_payload_mtu,
             .private_data = copy(req.private_data)};
   emit_event(c, std::move(e));
+}
+
+// The kernel refuses a REQ that finds no listener at once (REJ 8). A program that listens
+// again on a port right after accepting on it (perftest -R: control connection, then the
+// test's) leaves a window in which its peer's next REQ finds none; the kernel's window is
+// the few microseconds of two system calls, ours several round trips to a daemon on a busy
+// host, which the peer's REQ wins often enough to matter (perftest 4.5 crashes on the REJ).
+// So such a REQ waits up to kNoListenerHold for a listener; without one it gets the REJ 8.
+bool ConnectionManager::hold(stack::Ipv4Address source, const CmMessage& m, const Req& req, Instant now) {
+  for (const HeldReq& h : held_) {  // kMaxHeldReqs at most
+    if (h.remote_id == req.local_comm_id && h.remote_ca_guid == req.local_ca_guid) {
+      ++counters_.rx_duplicates;  // a resend of a held REQ: it waits already
+      return true;
+    }
+  }
+  if (held_.size() >= kMaxHeldReqs) return false;
+  HeldReq h{.until = now + kNoListenerHold,
+            .source = source,
+            .service_id = req.service_id,
+            .remote_ca_guid = req.local_ca_guid,
+            .remote_id = req.local_comm_id,
+            .mad = {}};
+  if (emit_cm_mad(m, h.mad) != CmError::none) return false;
+  held_.push_back(h);
+  ++counters_.req_held;
+  return true;
+}
+
+void ConnectionManager::reject_no_listener(stack::Ipv4Address source, const CmMessage& m, const Req& req,
+                                           Instant now) {
+  issue_rej(source, m, req.local_comm_id, RejectReason::InvalidServiceId, MessageRejected::Req, now);
+}
+
+void ConnectionManager::expire_held(Instant now) {
+  while (!held_.empty() && held_.front().until <= now) {
+    const HeldReq h = held_.front();
+    held_.pop_front();
+    CmMessage m;
+    if (parse_cm_mad(ByteSpan{h.mad}, m) == CmError::none) {
+      if (const Req* req = std::get_if<Req>(&m.body)) reject_no_listener(h.source, m, *req, now);
+    }
+  }
 }
 
 // cm_mra_handler: the peer needs longer; wait its service timeout plus the packet lifetime.
@@ -648,8 +692,22 @@ void ConnectionManager::on_sidr_rep(const SidrRep& rep, Instant) {
 
 // --- From the application ------------------------------------------------------------------------
 
-CmResult ConnectionManager::listen(std::uint64_t service_id) {
-  return listeners_.insert(service_id).second ? CmResult::ok : CmResult::address_in_use;
+CmResult ConnectionManager::listen(std::uint64_t service_id, Instant now) {
+  if (!listeners_.insert(service_id).second) return CmResult::address_in_use;
+  std::vector<HeldReq> waiting;
+  std::erase_if(held_, [&](const HeldReq& h) {
+    if (h.service_id != service_id) return false;
+    waiting.push_back(h);
+    return true;
+  });
+  // Taken out first: what the new listener's events do may hold or listen again.
+  for (const HeldReq& h : waiting) {
+    CmMessage m;
+    if (parse_cm_mad(ByteSpan{h.mad}, m) != CmError::none) continue;
+    ++counters_.req_held_served;
+    if (const Req* req = std::get_if<Req>(&m.body)) on_req(h.source, m, *req, now);
+  }
+  return CmResult::ok;
 }
 
 CmResult ConnectionManager::unlisten(std::uint64_t service_id) {
@@ -931,11 +989,14 @@ CmResult ConnectionManager::notify_communication_established(ConnectionId id, In
 // has none): connections_ is never scanned.
 std::optional<Instant> ConnectionManager::next_deadline() const {
   while (!due_.empty() && stale(due_.top())) due_.pop();
-  if (due_.empty()) return std::nullopt;
-  return due_.top().first;
+  std::optional<Instant> next;
+  if (!due_.empty()) next = due_.top().first;
+  if (!held_.empty() && (!next || held_.front().until < *next)) next = held_.front().until;
+  return next;
 }
 
 void ConnectionManager::advance(Instant now) {
+  expire_held(now);
   std::vector<std::uint32_t> due;
   while (!due_.empty() && due_.top().first <= now) {
     if (!stale(due_.top())) due.push_back(due_.top().second);

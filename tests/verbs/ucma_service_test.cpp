@@ -400,11 +400,16 @@ TEST_CASE("ucma: an RC connection from CONNECT to TIMEWAIT_EXIT, as rping makes 
   CHECK(p.server.command(RDMA_USER_CM_CMD_DESTROY_ID, d).status == EINVAL);  // not the server's id
 }
 
-TEST_CASE("ucma: a REQ for a port nobody listens on comes back REJECTED 8 at once", "[ucma]") {
+TEST_CASE("ucma: a REQ for a port nobody listens on comes back REJECTED 8 after the CM's hold", "[ucma]") {
   Pair p;
   p.server.open_channel();
   const std::uint32_t active = p.resolve(9999);
   REQUIRE(p.connect(active, 0x11).status == 0);
+  p.deliver();
+  CHECK_FALSE(p.client.marker_waiting());  // held for a listener (cm::kNoListenerHold)
+  p.server.now += cm::kNoListenerHold;
+  REQUIRE(p.server.service.next_deadline() == p.server.now);
+  p.server.service.advance(p.server.now);
   p.deliver();
   const auto rejected = p.client.next_event();
   CHECK(rejected.event == ucma::kRejected);
@@ -691,6 +696,32 @@ TEST_CASE("ucma: REQs and SIDR_REQs naming another address are refused and leave
   CHECK(p.server.service.cm().index_entries() == 0);
   CHECK(p.server.service.listing()["cm_connections"] == 0);
   CHECK_FALSE(p.server.marker_waiting());  // no CONNECT_REQUEST reached the listeners
+}
+
+}  // namespace rrdma::verbs
+
+namespace rrdma::verbs {
+
+// Issue 27 item 2 (perftest -R): the server destroys its listener as it accepts, and listens
+// again on the same port; the client's next REQ, there first, is held and served.
+TEST_CASE("ucma: a REQ that arrives before the server listens again becomes its CONNECT_REQUEST", "[ucma]") {
+  Pair p;
+  p.server.open_channel();
+  const std::uint32_t active = p.resolve(7174);
+  REQUIRE(p.connect(active, 0x11).status == 0);
+  p.deliver();
+  CHECK_FALSE(p.client.marker_waiting());
+  p.server.now += std::chrono::milliseconds(200);
+  p.server.service.advance(p.server.now);
+  const std::uint32_t listener = p.listen(7174);
+  const auto request = p.server.next_event();
+  CHECK(request.event == ucma::kConnectRequest);
+  CHECK(request.uid == 0x1000);
+  CHECK(request.id != listener);
+  REQUIRE(accept_passive(p.server, request.id, 0x3000, 0x22).status == 0);
+  p.deliver();
+  CHECK(p.client.next_event().event == ucma::kConnectResponse);
+  CHECK(p.server.service.cm().counters().req_held_served == 1);
 }
 
 }  // namespace rrdma::verbs

@@ -611,9 +611,14 @@ UcmaService::Reply UcmaService::listen(Channel& ch, ByteSpan body) {
   }
   if (id->state != IdState::AddrBound) return {EINVAL, {}};
   if (const int conflict = port_conflict(*id, !id->on_device, id->src.port, true)) return {conflict, {}};
-  if (const auto r = cm_.listen(service_id(*id, id->src.port)); r != cm::CmResult::ok) return {errno_of(r), {}};
+  // Listening before the CM is told: a REQ it held for this port (kNoListenerHold) comes
+  // back as a CONNECT_REQUEST during cm_.listen and must find this listener.
   id->state = IdState::Listen;
   id->backlog = static_cast<std::int32_t>(cmd->backlog) <= 0 || cmd->backlog > kMaxBacklog ? kMaxBacklog : cmd->backlog;
+  if (const auto r = cm_.listen(service_id(*id, id->src.port), now_); r != cm::CmResult::ok) {
+    id->state = IdState::AddrBound;
+    return {errno_of(r), {}};
+  }
   return {0, {}};
 }
 
