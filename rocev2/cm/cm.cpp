@@ -458,6 +458,12 @@ bool ConnectionManager::hold(stack::Ipv4Address source, const CmMessage& m, cons
   return true;
 }
 
+// The active side destroyed its id while its REQ waited here (REJ 4 names it by its comm ID
+// and GUID): a listener that comes later must not get a request nobody waits for.
+bool ConnectionManager::forget_held(CommId remote_id, std::uint64_t guid) {
+  return std::erase_if(held_, [&](const HeldReq& h) { return h.remote_id == remote_id && h.remote_ca_guid == guid; }) > 0;
+}
+
 void ConnectionManager::reject_no_listener(stack::Ipv4Address source, const CmMessage& m, const Req& req,
                                            Instant now) {
   issue_rej(source, m, req.local_comm_id, RejectReason::InvalidServiceId, MessageRejected::Req, now);
@@ -501,7 +507,9 @@ void ConnectionManager::on_rej(const Rej& rej, Instant now) {
   // ID; its REJ 4 names it by its own comm ID and, in the ARI, its CA GUID.
   Connection* c = nullptr;
   if (rej.reason == RejectReason::Timeout && rej.ari.bytes.size() >= 8) {
-    c = find_remote(rej.local_comm_id, load_be64(rej.ari.bytes, 0));
+    const std::uint64_t guid = load_be64(rej.ari.bytes, 0);
+    c = find_remote(rej.local_comm_id, guid);
+    if (c == nullptr && forget_held(rej.local_comm_id, guid)) return;  // it gave up waiting for a listener
   } else {
     c = match(rej.remote_comm_id, std::nullopt);
   }

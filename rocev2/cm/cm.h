@@ -393,6 +393,7 @@ class ConnectionManager final : public MadHandler {
   bool hold(stack::Ipv4Address source, const CmMessage& m, const Req& req, Instant now);
   void reject_no_listener(stack::Ipv4Address source, const CmMessage& m, const Req& req, Instant now);
   void expire_held(Instant now);
+  bool forget_held(CommId remote_id, std::uint64_t guid);
   void on_mra(const Mra& mra, Instant now);
   void on_rej(const Rej& rej, Instant now);
   void on_rep(stack::Ipv4Address source, const CmMessage& m, const Rep& rep, Instant now);

@@ -1161,5 +1161,18 @@ TEST_CASE("cm: held REQs are bounded, a resent one is not held twice, each expir
   CHECK(b.held_request_count() == 1);
   CHECK(wire.events.empty());
 }
+
+TEST_CASE("cm: a held REQ whose sender gave up (REJ 4) is not handed to a later listener", "[cm][listen]") {
+  Pair p(32, 0, false);
+  ConnectionId ca;
+  REQUIRE(p.a().connect(connect_params(), p.now(), ca) == CmResult::ok);
+  REQUIRE(p.run_until([&] { return p.b().held_request_count() == 1; }, at_ms(100)));
+  REQUIRE(p.a().destroy(ca, p.now()) == CmResult::ok);  // REJ 4 with A's GUID in the ARI
+  REQUIRE(p.run_until([&] { return p.b().held_request_count() == 0; }, at_ms(200)));
+  CHECK(p.now() < at_ms(200));
+  REQUIRE(p.b().listen(kService, p.now()) == CmResult::ok);
+  CHECK(p.wire_b.events.empty());
+  CHECK(p.wire_b.sent.empty());  // no REJ 8 either: the sender is gone
+}
 }  // namespace
 }  // namespace rrdma::rocev2::cm
