@@ -1174,5 +1174,31 @@ TEST_CASE("cm: a held REQ whose sender gave up (REJ 4) is not handed to a later 
   CHECK(p.wire_b.events.empty());
   CHECK(p.wire_b.sent.empty());  // no REJ 8 either: the sender is gone
 }
+
+// Issue 27 item 1, the suspected mechanism: a connection in TIMEWAIT is no longer matched
+// by its peer's QPN (cm_enter_timewait -> cm_remove_remote), so a new REQ from that QP, with
+// a new comm ID, is a new connection, not a stale one.
+TEST_CASE("cm: a REQ from the QP of a connection in timewait is a new connection, not stale", "[cm]") {
+  Recorder wire;
+  ConnectionManager b(config(kGuidA, kAddressA, 7), wire, wire);
+  REQUIRE(b.listen(kService) == CmResult::ok);
+  b.receive(kAddressB, peer_req(), at_ms(0));
+  const ConnectionId cb = wire.events.at(0).connection;
+  REQUIRE(b.accept(cb, accept_params_b(), at_ms(1)) == CmResult::ok);
+  b.receive(kAddressB, CmMessage{.body = Rtu{.local_comm_id = CommId{0x5000}, .remote_comm_id = cb}}, at_ms(2));
+  b.receive(kAddressB, CmMessage{.body = Dreq{.local_comm_id = CommId{0x5000}, .remote_comm_id = cb,
+                                              .remote_qpn_eecn = Qpn{0x22}}},
+            at_ms(3));
+  REQUIRE(b.disconnect(cb, {}, at_ms(4)) == CmResult::ok);  // the DREP: TIMEWAIT
+  REQUIRE(b.state(cb) == CmState::Timewait);
+  CmMessage next = peer_req(0x78);
+  std::get<Req>(next.body).local_comm_id = CommId{0x6000};  // same QPN 0x33, same GUID
+  wire.sent.clear();
+  b.receive(kAddressB, next, at_ms(5));
+  CHECK(wire.count(AttributeId::Rej) == 0);
+  REQUIRE(wire.events.back().type == CmEventType::ConnectRequest);
+  CHECK(wire.events.back().connection != cb);
+  CHECK(b.state(cb) == CmState::Timewait);
+}
 }  // namespace
 }  // namespace rrdma::rocev2::cm
