@@ -96,6 +96,9 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const CmCounters& c) {
       {"rx_duplicates", c.rx_duplicates},
       {"rx_wrong_qpn", c.rx_wrong_qpn},
       {"rx_unsupported", c.rx_unsupported},
+      {"rx_stale_foreign", c.rx_stale_foreign},
+      {"req_held", c.req_held},
+      {"req_held_served", c.req_held_served},
       {"tx_mads", c.tx_mads},
       {"resends", c.resends},
       {"timeouts", c.timeouts}};
@@ -163,21 +166,63 @@ const ConnectionManager::Connection* ConnectionManager::find(ConnectionId c) con
 // back in IDLE (rejected, timed out) has forgotten its REQ, as the kernel's (cm_reset_to_idle
 // removes it from the table): a REQ resent after our lost REJ is a new one.
 ConnectionManager::Connection* ConnectionManager::find_remote(CommId remote_id, std::uint64_t guid) {
-  for (auto& [id, c] : connections_) {
-    const bool rc_passive = !c.active && c.state != CmState::Idle && c.state != CmState::SidrReqRcvd;
-    if (rc_passive && c.remote_id == remote_id && c.remote_ca_guid == guid) return &c;
-  }
-  return nullptr;
+  return lookup(by_remote_, {guid, remote_id.value()});
 }
 
 ConnectionManager::Connection* ConnectionManager::find_live_peer_qp(Qpn qpn, std::uint64_t guid) {
-  for (auto& [id, c] : connections_) {
-    const bool peer_known = req_received(c.state) || rep_received(c.state) || waiting_for_rtu(c.state) ||
-                            c.state == CmState::Established || c.state == CmState::DreqSent ||
-                            c.state == CmState::DreqRcvd;
-    if (peer_known && c.remote_qpn == qpn && c.remote_ca_guid == guid) return &c;
-  }
-  return nullptr;
+  return lookup(by_peer_qp_, {guid, qpn.value()});
+}
+
+ConnectionManager::Connection* ConnectionManager::find_sidr(std::uint32_t request_id, stack::Ipv4Address source) {
+  return lookup(by_sidr_, {source.value, request_id});
+}
+
+// The first entry with `key`: the lowest local comm ID, as the scan of connections_ it
+// replaces found.
+ConnectionManager::Connection* ConnectionManager::lookup(const Index& index, IndexKey key) {
+  const auto it = index.lower_bound({key, 0});
+  if (it == index.end() || it->first != key) return nullptr;
+  return find(CommId{it->second});
+}
+
+void ConnectionManager::move_key(Index& index, std::optional<IndexKey>& held, std::optional<IndexKey> wanted,
+                                 std::uint32_t id) {
+  if (held == wanted) return;
+  if (held) index.erase({*held, id});
+  if (wanted) index.insert({*wanted, id});
+  held = wanted;
+}
+
+// The three lookups of a received MAD: which connections each must find, by state.
+void ConnectionManager::reindex(Connection& c) {
+  const CmState s = c.state;
+  const bool rc_passive = !c.active && s != CmState::Idle && s != CmState::SidrReqRcvd;
+  const bool peer_qp_known = req_received(s) || rep_received(s) || waiting_for_rtu(s) || s == CmState::Established ||
+                             s == CmState::DreqSent || s == CmState::DreqRcvd;
+  const std::uint32_t id = c.local_id.value();
+  move_key(by_remote_, c.remote_key,
+           rc_passive ? std::optional<IndexKey>({c.remote_ca_guid, c.remote_id.value()}) : std::nullopt, id);
+  move_key(by_peer_qp_, c.peer_qp_key,
+           peer_qp_known ? std::optional<IndexKey>({c.remote_ca_guid, c.remote_qpn.value()}) : std::nullopt, id);
+  move_key(by_sidr_, c.sidr_key,
+           s == CmState::SidrReqRcvd ? std::optional<IndexKey>({c.peer.value, c.remote_id.value()}) : std::nullopt, id);
+}
+
+ConnectionManager::Connection& ConnectionManager::add_connection(CommId id) {
+  Connection& c = connections_[id.value()];
+  c.local_id = id;
+  return c;
+}
+
+// Every connection leaves through here, so that no index entry outlives it.
+void ConnectionManager::erase_connection(std::uint32_t id) {
+  const auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  Connection& c = it->second;
+  move_key(by_remote_, c.remote_key, std::nullopt, id);
+  move_key(by_peer_qp_, c.peer_qp_key, std::nullopt, id);
+  move_key(by_sidr_, c.sidr_key, std::nullopt, id);
+  connections_.erase(it);
 }
 
 // cm_acquire_id(local_id, remote_id): by comm IDs, never by TID.
@@ -234,6 +279,7 @@ void ConnectionManager::enter_timewait(Connection& c, Instant now) {
 void ConnectionManager::set_state(Connection& c, CmState to) {
   const CmState from = c.state;
   c.state = to;
+  reindex(c);
   if (observer_ != nullptr && from != to) observer_->on_cm_transition(c.local_id, from, to);
 }
 
@@ -276,6 +322,22 @@ void ConnectionManager::issue_rej(stack::Ipv4Address to, const CmMessage& receiv
             CmMessage{.transaction_id = received.transaction_id,
                       .body = Rej{.remote_comm_id = remote, .message_rejected = what, .reason = reason}},
             now);
+}
+
+// cm_match_req / cm_rep_handler's stale connection: REJ 10 for the message, and a DREQ for
+// the live connection whose peer QP it names (ib_send_cm_dreq). The IBA and Linux take the
+// (CA GUID, QPN) pair alone as proof that the peer lost the connection; both are easy to
+// know (the GUID is the MAC's, the QPNs count up from 17), so a host elsewhere on the bridge
+// could end any connection. The teardown is honoured only when the message comes from the
+// address the connection's peer has: the peer itself, restarted, always does.
+void ConnectionManager::refuse_stale(stack::Ipv4Address source, const CmMessage& m, CommId remote,
+                                     MessageRejected what, Connection& old, Instant now) {
+  issue_rej(source, m, remote, RejectReason::StaleConnection, what, now);
+  if (source != old.peer) {
+    ++counters_.rx_stale_foreign;
+    return;
+  }
+  if (old.state == CmState::Established) disconnect(old.local_id, {}, now);
 }
 
 // --- From the wire -------------------------------------------------------------------------------
@@ -327,22 +389,19 @@ void ConnectionManager::on_req(stack::Ipv4Address source, const CmMessage& m, co
   }
   // cm_match_req: a REQ from a QP that a live connection already has as its peer means the
   // peer lost that connection (a restart reusing the QPN): refuse the REQ as stale, and
-  // disconnect the old connection.
+  // disconnect the old connection (only when the REQ comes from its peer: refuse_stale).
   if (Connection* old = find_live_peer_qp(req.local_qpn, req.local_ca_guid)) {
-    issue_rej(source, m, req.local_comm_id, RejectReason::StaleConnection, MessageRejected::Req, now);
-    if (old->state == CmState::Established) disconnect(old->local_id, {}, now);  // ib_send_cm_dreq
+    refuse_stale(source, m, req.local_comm_id, MessageRejected::Req, *old, now);
     return;
   }
-  if (!listeners_.contains(req.service_id)) {  // cm_match_req: no listener
-    issue_rej(source, m, req.local_comm_id, RejectReason::InvalidServiceId, MessageRejected::Req, now);
+  if (!listeners_.contains(req.service_id)) {  // cm_match_req: no listener (yet)
+    if (!hold(source, m, req, now)) reject_no_listener(source, m, req, now);
     return;
   }
   const std::optional<CommId> id = allocate_comm_id();
   if (!id) return;  // as a full backlog: no REJ, the peer will retry
-  Connection& c = connections_[id->value()];
-  c.local_id = *id;
+  Connection& c = add_connection(*id);
   c.active = false;
-  set_state(c, CmState::ReqRcvd);
   c.remote_id = req.local_comm_id;
   c.remote_ca_guid = req.local_ca_guid;
   c.peer = source;
@@ -357,6 +416,7 @@ void ConnectionManager::on_req(stack::Ipv4Address source, const CmMessage& m, co
   c.req_tid = m.transaction_id;
   c.timeout = cm_timeout_ms(req.local_cm_response_timeout);
   c.max_cm_retries = req.max_cm_retries;
+  set_state(c, CmState::ReqRcvd);  // with its peer fields set: indexed by them
   if (config_.delayed_mra) set_state(c, CmState::MraReqSent);  // ib_send_cm_mra(IB_CM_MRA_FLAG_DELAY)
 
   CmEvent e{.type = CmEventType::ConnectRequest,
@@ -370,6 +430,54 @@ void ConnectionManager::on_req(stack::Ipv4Address source, const CmMessage& m, co
             .path_mtu = req.path_packet_payload_mtu,
             .private_data = copy(req.private_data)};
   emit_event(c, std::move(e));
+}
+
+// The kernel refuses a REQ that finds no listener at once (REJ 8). A program that listens
+// again on a port right after accepting on it (perftest -R: control connection, then the
+// test's) leaves a window in which its peer's next REQ finds none; the kernel's window is
+// the few microseconds of two system calls, ours several round trips to a daemon on a busy
+// host, which the peer's REQ wins often enough to matter (perftest 4.5 crashes on the REJ).
+// So such a REQ waits up to kNoListenerHold for a listener; without one it gets the REJ 8.
+bool ConnectionManager::hold(stack::Ipv4Address source, const CmMessage& m, const Req& req, Instant now) {
+  for (const HeldReq& h : held_) {  // kMaxHeldReqs at most
+    if (h.remote_id == req.local_comm_id && h.remote_ca_guid == req.local_ca_guid) {
+      ++counters_.rx_duplicates;  // a resend of a held REQ: it waits already
+      return true;
+    }
+  }
+  if (held_.size() >= kMaxHeldReqs) return false;
+  HeldReq h{.until = now + kNoListenerHold,
+            .source = source,
+            .service_id = req.service_id,
+            .remote_ca_guid = req.local_ca_guid,
+            .remote_id = req.local_comm_id,
+            .mad = {}};
+  if (emit_cm_mad(m, h.mad) != CmError::none) return false;
+  held_.push_back(h);
+  ++counters_.req_held;
+  return true;
+}
+
+// The active side destroyed its id while its REQ waited here (REJ 4 names it by its comm ID
+// and GUID): a listener that comes later must not get a request nobody waits for.
+bool ConnectionManager::forget_held(CommId remote_id, std::uint64_t guid) {
+  return std::erase_if(held_, [&](const HeldReq& h) { return h.remote_id == remote_id && h.remote_ca_guid == guid; }) > 0;
+}
+
+void ConnectionManager::reject_no_listener(stack::Ipv4Address source, const CmMessage& m, const Req& req,
+                                           Instant now) {
+  issue_rej(source, m, req.local_comm_id, RejectReason::InvalidServiceId, MessageRejected::Req, now);
+}
+
+void ConnectionManager::expire_held(Instant now) {
+  while (!held_.empty() && held_.front().until <= now) {
+    const HeldReq h = held_.front();
+    held_.pop_front();
+    CmMessage m;
+    if (parse_cm_mad(ByteSpan{h.mad}, m) == CmError::none) {
+      if (const Req* req = std::get_if<Req>(&m.body)) reject_no_listener(h.source, m, *req, now);
+    }
+  }
 }
 
 // cm_mra_handler: the peer needs longer; wait its service timeout plus the packet lifetime.
@@ -399,7 +507,9 @@ void ConnectionManager::on_rej(const Rej& rej, Instant now) {
   // ID; its REJ 4 names it by its own comm ID and, in the ARI, its CA GUID.
   Connection* c = nullptr;
   if (rej.reason == RejectReason::Timeout && rej.ari.bytes.size() >= 8) {
-    c = find_remote(rej.local_comm_id, load_be64(rej.ari.bytes, 0));
+    const std::uint64_t guid = load_be64(rej.ari.bytes, 0);
+    c = find_remote(rej.local_comm_id, guid);
+    if (c == nullptr && forget_held(rej.local_comm_id, guid)) return;  // it gave up waiting for a listener
   } else {
     c = match(rej.remote_comm_id, std::nullopt);
   }
@@ -454,11 +564,9 @@ void ConnectionManager::on_rep(stack::Ipv4Address source, const CmMessage& m, co
   // cm_rep_handler: a REP from a QP that a live connection already has as its peer is stale:
   // REJ 10 for it, a DREQ for the old connection; ours keeps waiting (its REQ is resent).
   if (Connection* old = find_live_peer_qp(rep.local_qpn, rep.local_ca_guid)) {
-    issue_rej(source, m, rep.local_comm_id, RejectReason::StaleConnection, MessageRejected::Rep, now);
-    if (old->state == CmState::Established) disconnect(old->local_id, {}, now);
+    refuse_stale(source, m, rep.local_comm_id, MessageRejected::Rep, *old, now);
     return;
   }
-  set_state(*c, config_.delayed_mra ? CmState::MraRepSent : CmState::RepRcvd);
   c->deadline.reset();
   c->remote_id = rep.local_comm_id;
   c->remote_ca_guid = rep.local_ca_guid;
@@ -468,6 +576,7 @@ void ConnectionManager::on_rep(stack::Ipv4Address source, const CmMessage& m, co
   c->responder_resources = rep.initiator_depth;
   c->rnr_retry_count = rep.rnr_retry_count;
   c->have_reply = false;
+  set_state(*c, config_.delayed_mra ? CmState::MraRepSent : CmState::RepRcvd);  // the peer fields first
   emit_event(*c, CmEvent{.type = CmEventType::ConnectResponse,
                          .peer_qpn = rep.local_qpn,
                          .peer_starting_psn = rep.starting_psn,
@@ -546,11 +655,9 @@ void ConnectionManager::on_drep(const Drep& drep, Instant now) {
 // has not answered is dropped; once answered, the kernel has forgotten the request and a
 // resent SIDR_REQ is a new one.
 void ConnectionManager::on_sidr_req(stack::Ipv4Address source, const CmMessage& m, const SidrReq& req, Instant now) {
-  for (const auto& [id, c] : connections_) {
-    if (c.state == CmState::SidrReqRcvd && c.remote_id.value() == req.request_id && c.peer == source) {
-      ++counters_.rx_duplicates;
-      return;
-    }
+  if (find_sidr(req.request_id, source) != nullptr) {
+    ++counters_.rx_duplicates;
+    return;
   }
   if (!listeners_.contains(req.service_id)) {  // status 1: nobody listens
     send_once(source,
@@ -563,8 +670,7 @@ void ConnectionManager::on_sidr_req(stack::Ipv4Address source, const CmMessage& 
   }
   const std::optional<CommId> id = allocate_comm_id();
   if (!id) return;
-  Connection& c = connections_[id->value()];
-  c.local_id = *id;
+  Connection& c = add_connection(*id);
   c.active = false;
   c.remote_id = CommId{req.request_id};
   c.peer = source;
@@ -594,8 +700,22 @@ void ConnectionManager::on_sidr_rep(const SidrRep& rep, Instant) {
 
 // --- From the application ------------------------------------------------------------------------
 
-CmResult ConnectionManager::listen(std::uint64_t service_id) {
-  return listeners_.insert(service_id).second ? CmResult::ok : CmResult::address_in_use;
+CmResult ConnectionManager::listen(std::uint64_t service_id, Instant now) {
+  if (!listeners_.insert(service_id).second) return CmResult::address_in_use;
+  std::vector<HeldReq> waiting;
+  std::erase_if(held_, [&](const HeldReq& h) {
+    if (h.service_id != service_id) return false;
+    waiting.push_back(h);
+    return true;
+  });
+  // Taken out first: what the new listener's events do may hold or listen again.
+  for (const HeldReq& h : waiting) {
+    CmMessage m;
+    if (parse_cm_mad(ByteSpan{h.mad}, m) != CmError::none) continue;
+    ++counters_.req_held_served;
+    if (const Req* req = std::get_if<Req>(&m.body)) on_req(h.source, m, *req, now);
+  }
+  return CmResult::ok;
 }
 
 CmResult ConnectionManager::unlisten(std::uint64_t service_id) {
@@ -607,8 +727,7 @@ CmResult ConnectionManager::connect(const ConnectParams& p, Instant now, Connect
   if (p.private_data.size() > Req::kPrivateDataLength) return CmResult::private_data_too_long;
   const std::optional<CommId> id = allocate_comm_id();
   if (!id) return CmResult::no_comm_id;
-  Connection& c = connections_[id->value()];
-  c.local_id = *id;
+  Connection& c = add_connection(*id);
   c.active = true;
   set_state(c, CmState::ReqSent);
   c.peer = p.destination;
@@ -648,7 +767,7 @@ CmResult ConnectionManager::connect(const ConnectParams& p, Instant now, Connect
                                 .primary_path = path,
                                 .private_data = OpaqueBytes{p.private_data}}};
   if (!send(c.peer, m, c.resend_mad, now)) {
-    connections_.erase(id->value());
+    erase_connection(id->value());
     return CmResult::invalid_state;
   }
   arm_resend(c, kReqResendInterval, kMaxCmRetries, now);
@@ -744,8 +863,7 @@ CmResult ConnectionManager::sidr_request(const SidrParams& p, Instant now, Conne
   if (p.private_data.size() > SidrReq::kPrivateDataLength) return CmResult::private_data_too_long;
   const std::optional<CommId> id = allocate_comm_id();
   if (!id) return CmResult::no_comm_id;
-  Connection& c = connections_[id->value()];
-  c.local_id = *id;
+  Connection& c = add_connection(*id);
   c.active = true;
   c.peer = p.destination;
   c.service_id = p.service_id;
@@ -756,7 +874,7 @@ CmResult ConnectionManager::sidr_request(const SidrParams& p, Instant now, Conne
                                     .service_id = p.service_id,
                                     .private_data = OpaqueBytes{p.private_data}}};
   if (!send(c.peer, m, c.resend_mad, now)) {
-    connections_.erase(id->value());
+    erase_connection(id->value());
     return CmResult::invalid_state;
   }
   arm_resend(c, cm_timeout_ms(kCmResponseTimeout), kMaxCmRetries, now);
@@ -846,7 +964,7 @@ CmResult ConnectionManager::destroy(ConnectionId id, Instant now) {
     case CmState::Idle:
       break;
   }
-  connections_.erase(id.value());
+  erase_connection(id.value());
   return CmResult::ok;
 }
 
@@ -858,7 +976,7 @@ CmResult ConnectionManager::abandon(ConnectionId id, Instant now) {
   if (!req_received(c->state)) return destroy(id, now);
   c->destroyed = true;
   to_idle(*c);
-  connections_.erase(id.value());
+  erase_connection(id.value());
   return CmResult::ok;
 }
 
@@ -879,11 +997,14 @@ CmResult ConnectionManager::notify_communication_established(ConnectionId id, In
 // has none): connections_ is never scanned.
 std::optional<Instant> ConnectionManager::next_deadline() const {
   while (!due_.empty() && stale(due_.top())) due_.pop();
-  if (due_.empty()) return std::nullopt;
-  return due_.top().first;
+  std::optional<Instant> next;
+  if (!due_.empty()) next = due_.top().first;
+  if (!held_.empty() && (!next || held_.front().until < *next)) next = held_.front().until;
+  return next;
 }
 
 void ConnectionManager::advance(Instant now) {
+  expire_held(now);
   std::vector<std::uint32_t> due;
   while (!due_.empty() && due_.top().first <= now) {
     if (!stale(due_.top())) due.push_back(due_.top().second);
@@ -896,7 +1017,7 @@ void ConnectionManager::advance(Instant now) {
     Connection& c = it->second;
     if (c.state == CmState::Timewait) {
       const Connection leaving = c;
-      connections_.erase(it);  // the comm ID is free
+      erase_connection(id);  // the comm ID is free
       if (observer_ != nullptr) observer_->on_cm_transition(leaving.local_id, CmState::Timewait, CmState::Idle);
       emit_event(leaving, CmEvent{.type = CmEventType::TimewaitExit});
       continue;

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <queue>
@@ -51,6 +52,10 @@ inline constexpr Duration kTimewait = cm_timeout_ms(kAvTimeout);                
 inline constexpr std::uint8_t kMraServiceTimeout = 24;
 // rdma_cm's status for a handshake or DREQ that ran out of retries (-ETIMEDOUT).
 inline constexpr int kStatusTimedOut = -110;
+// A REQ for a service nobody listens on waits this long for a listener before its REJ 8
+// (docs/RDMA_CM.md, "A REQ just before its listener"), at most kMaxHeldReqs at a time.
+inline constexpr Duration kNoListenerHold = std::chrono::milliseconds(1000);
+inline constexpr std::size_t kMaxHeldReqs = 64;
 
 // --- States and events --------------------------------------------------------------------
 
@@ -224,6 +229,11 @@ struct CmCounters {
   std::uint64_t rx_duplicates = 0;     // duplicate REQ/REP/DREQ, answered or dropped
   std::uint64_t rx_wrong_qpn = 0;      // DREQ whose remote QPN is not ours
   std::uint64_t rx_unsupported = 0;    // SIDR and the rest of what is not done
+  std::uint64_t req_held = 0;          // REQs that found no listener and waited for one
+  std::uint64_t req_held_served = 0;   // ... and found it within kNoListenerHold
+  // A REQ or REP naming the QP of a live connection (a stale connection) from an address
+  // that is not that connection's peer: refused, the live connection left alone.
+  std::uint64_t rx_stale_foreign = 0;
   std::uint64_t tx_mads = 0;
   std::uint64_t resends = 0;
   std::uint64_t timeouts = 0;
@@ -250,7 +260,8 @@ class ConnectionManager final : public MadHandler {
   void receive(stack::Ipv4Address source, const CmMessage& message, Instant now);
 
   // --- from the application
-  CmResult listen(std::uint64_t service_id);
+  // Also hands the REQs held for `service_id` (kNoListenerHold) to the new listener, now.
+  CmResult listen(std::uint64_t service_id, Instant now = Instant{});
   CmResult unlisten(std::uint64_t service_id);
   // Sends a REQ; the connection's ID is written to `out`.
   CmResult connect(const ConnectParams& params, Instant now, ConnectionId& out);
@@ -288,9 +299,19 @@ class ConnectionManager final : public MadHandler {
   // where the kernel answers EINVAL (a state in which the value is not known yet).
   std::optional<CmQpAttributes> qp_attributes(ConnectionId c, QpState qp_state) const;
   std::size_t connection_count() const { return connections_.size(); }
+  std::size_t held_request_count() const { return held_.size(); }
   const CmCounters& counters() const { return counters_; }
+  // Entries of the lookup indexes (by peer comm ID, by peer QP, by SIDR request): what a
+  // received MAD is matched against instead of every connection.
+  std::size_t index_entries() const { return by_remote_.size() + by_peer_qp_.size() + by_sidr_.size(); }
 
  private:
+  // An index key: (the peer's CA GUID or address, its comm ID, QPN or request ID). An index
+  // is a set of (key, local comm ID), so that a lookup is one lower_bound, O(log n), and two
+  // connections with one key (never in a run that follows the rules) both stay findable.
+  using IndexKey = std::pair<std::uint64_t, std::uint32_t>;
+  using Index = std::set<std::pair<IndexKey, std::uint32_t>>;
+
   struct Connection {
     CmState state = CmState::Idle;
     bool active = false;
@@ -321,6 +342,10 @@ class ConnectionManager final : public MadHandler {
     std::optional<Instant> deadline;
     Duration interval{};
     std::uint8_t retries_left = 0;
+    // Where the connection is in the indexes now (reindex keeps these true).
+    std::optional<IndexKey> remote_key;
+    std::optional<IndexKey> peer_qp_key;
+    std::optional<IndexKey> sidr_key;
   };
 
   std::uint64_t own_tid(const Connection& c) const;
@@ -330,6 +355,20 @@ class ConnectionManager final : public MadHandler {
   Connection* find_remote(CommId remote_id, std::uint64_t remote_ca_guid);
   // A connection whose peer QP (QPN, CA GUID) is known and not yet in timewait.
   Connection* find_live_peer_qp(Qpn qpn, std::uint64_t guid);
+  // An unanswered SIDR_REQ: its request ID from that address.
+  Connection* find_sidr(std::uint32_t request_id, stack::Ipv4Address source);
+  Connection* lookup(const Index& index, IndexKey key);
+  // Puts `c` in the indexes its state and peer fields call for, and out of the others; called
+  // on every state change (set_state), so the peer fields are set before the state.
+  void reindex(Connection& c);
+  static void move_key(Index& index, std::optional<IndexKey>& held, std::optional<IndexKey> wanted, std::uint32_t id);
+  Connection& add_connection(CommId id);
+  void erase_connection(std::uint32_t id);
+  // A REQ or REP from `source` names the QP of `old`, a live connection: the IBA's stale
+  // connection. Refused (REJ 10, counted) in any case; `old` is disconnected only when
+  // `source` is its peer's address.
+  void refuse_stale(stack::Ipv4Address source, const CmMessage& m, CommId remote, MessageRejected what, Connection& old,
+                    Instant now);
   // The connection a reply is for: its remote comm ID field names us, and, when the message
   // says who sent it (`local`, non-zero), that is our peer.
   Connection* match(CommId our_id, std::optional<CommId> their_id);
@@ -352,6 +391,11 @@ class ConnectionManager final : public MadHandler {
                  MessageRejected what, Instant now);
 
   void on_req(stack::Ipv4Address source, const CmMessage& m, const Req& req, Instant now);
+  // A REQ nobody listens for: held (true) or, when kMaxHeldReqs are, not (the REJ 8 then).
+  bool hold(stack::Ipv4Address source, const CmMessage& m, const Req& req, Instant now);
+  void reject_no_listener(stack::Ipv4Address source, const CmMessage& m, const Req& req, Instant now);
+  void expire_held(Instant now);
+  bool forget_held(CommId remote_id, std::uint64_t guid);
   void on_mra(const Mra& mra, Instant now);
   void on_rej(const Rej& rej, Instant now);
   void on_rep(stack::Ipv4Address source, const CmMessage& m, const Rep& rep, Instant now);
@@ -367,7 +411,21 @@ class ConnectionManager final : public MadHandler {
   CmEventSink& events_;
   CmObserver* observer_ = nullptr;
   std::set<std::uint64_t> listeners_;
+  // REQs waiting for a listener, as received (bytes), oldest first: one hold time for all,
+  // so the front expires first.
+  struct HeldReq {
+    Instant until{};
+    stack::Ipv4Address source{};
+    std::uint64_t service_id = 0;
+    std::uint64_t remote_ca_guid = 0;
+    CommId remote_id{};
+    std::array<std::uint8_t, kMadLength> mad{};
+  };
+  std::deque<HeldReq> held_;
   std::map<std::uint32_t, Connection> connections_;  // by local comm ID
+  Index by_remote_;   // passive RC connections not IDLE: (peer CA GUID, peer comm ID)
+  Index by_peer_qp_;  // connections whose peer QP is known, not yet in timewait: (GUID, QPN)
+  Index by_sidr_;     // SIDR_REQ_RCVD: (peer address, request ID)
   // Every deadline set, earliest first (arm); stale entries are dropped at the front.
   mutable std::priority_queue<Due, std::vector<Due>, std::greater<>> due_;
   std::uint32_t next_comm_id_;

@@ -19,7 +19,7 @@
 //  - every reply is a reply of the request's kind, command and id, with status 0 or an errno
 //    (1 .. 4095) and a body no longer than kMaxUcmaBody;
 //  - once every channel is closed and timewait has passed, neither service holds an id, a
-//    listener or a CM connection;
+//    listener or a CM connection (nor a REQ held for a listener, nor an index entry);
 //  - destroying the services leaves no descriptor of theirs open.
 // Returns a description of the first property that fails, or nullptr.
 #pragma once
@@ -364,6 +364,8 @@ inline const char* check_ucma(ByteSpan input, std::size_t* succeeded = nullptr) 
     if (!listing["ids"].empty()) return "ids outlived their channels";
     if (!listing["listeners"].empty()) return "a listener outlived its channel";
     if (listing["cm_connections"] != 0) return "a CM connection outlived its id and timewait";
+    if (h->service->cm().held_request_count() != 0) return "a REQ held for a listener outlived its hold";
+    if (h->service->cm().index_entries() != 0) return "a CM index entry outlived its connection";
     if (!h->watcher.watched.empty()) return "a channel is still watched";
   }
   if (succeeded != nullptr) *succeeded = ok;

@@ -371,8 +371,12 @@ TEST_CASE("cm: a REQ for a service nobody listens on gets REJ 8, the active side
   Pair p(3);
   ConnectionId ca;
   REQUIRE(p.a().connect(connect_params(), p.now(), ca) == CmResult::ok);
-  REQUIRE(p.run_until([&] { return has(p.wire_a, CmEventType::Rejected); }, at_ms(100)));
-  CHECK(p.now() == at_ms(2));  // promptly: no retries
+  REQUIRE(p.run_until([&] { return has(p.wire_a, CmEventType::Rejected); }, at_ms(10'000)));
+  // Held for a listener for kNoListenerHold (1 s), then refused: no REQ resend meanwhile.
+  CHECK(p.now() == at_ms(1) + kNoListenerHold + milliseconds(1));
+  CHECK(p.wire_a.count(AttributeId::Req) == 1);
+  CHECK(p.b().counters().req_held == 1);
+  CHECK(p.b().held_request_count() == 0);
   REQUIRE(p.wire_b.sent.size() == 1);
   const CmMessage rej_msg = p.wire_b.sent[0].parsed();
   const auto& rej = std::get<Rej>(rej_msg.body);
@@ -986,5 +990,215 @@ TEST_CASE("cm: a REP from a QP that a live connection has as its peer gets REJ 1
   CHECK(a.state(second) == CmState::ReqSent);
 }
 
+
+// Issue 27 item 13: the (GUID, QPN) of a stale-connection REQ is easy to guess; only the
+// connection's own peer address may tear the connection down with one.
+TEST_CASE("cm: a stale-connection REQ from another address is refused and leaves the connection up", "[cm][hostile]") {
+  const stack::Ipv4Address forger{0x0A420063};  // 10.66.0.99, elsewhere on the bridge
+  Recorder wire;
+  ConnectionManager b(config(kGuidA, kAddressA, 7), wire, wire);
+  REQUIRE(b.listen(kService) == CmResult::ok);
+  b.receive(kAddressB, peer_req(), at_ms(0));
+  const ConnectionId cb = wire.events.at(0).connection;
+  REQUIRE(b.accept(cb, accept_params_b(), at_ms(1)) == CmResult::ok);
+  b.receive(kAddressB, CmMessage{.body = Rtu{.local_comm_id = CommId{0x5000}, .remote_comm_id = cb}}, at_ms(2));
+  REQUIRE(b.state(cb) == CmState::Established);
+  // The forger knows B's GUID (from its MAC) and guessed the QPN: a new comm ID, the same pair.
+  CmMessage forged = peer_req(0x77);
+  std::get<Req>(forged.body).local_comm_id = CommId{0x6000};
+  wire.sent.clear();
+  b.receive(forger, forged, at_ms(3));
+  REQUIRE(wire.sent.size() == 1);  // the REJ 10 to the forger, no DREQ to the peer
+  CHECK(wire.sent[0].to == forger);
+  CHECK(std::get<Rej>(wire.sent[0].parsed().body).reason == RejectReason::StaleConnection);
+  CHECK(b.state(cb) == CmState::Established);
+  CHECK(b.counters().rx_stale_foreign == 1);
+  CHECK(wire.events.size() == 2);  // CONNECT_REQUEST, ESTABLISHED: nothing for the forgery
+  // The peer itself, restarted, still ends it (the IBA rule, as before).
+  wire.sent.clear();
+  b.receive(kAddressB, forged, at_ms(4));
+  REQUIRE(wire.sent.size() == 2);
+  CHECK(attribute_id(wire.sent[1].parsed().body) == AttributeId::Dreq);
+  CHECK(b.state(cb) == CmState::DreqSent);
+  CHECK(b.counters().rx_stale_foreign == 1);
+}
+
+TEST_CASE("cm: a stale-connection REP from another address leaves the live connection up", "[cm][hostile]") {
+  const stack::Ipv4Address forger{0x0A420063};
+  Recorder wire;
+  ConnectionManager a(config(kGuidA, kAddressA, 7), wire, wire);
+  const auto rep_from = [](CommId local, CommId remote) {
+    return CmMessage{.transaction_id = 0x66,
+                     .body = Rep{.local_comm_id = local,
+                                 .remote_comm_id = remote,
+                                 .local_qpn = Qpn{0x22},
+                                 .starting_psn = Psn{5},
+                                 .local_ca_guid = kGuidB}};
+  };
+  ConnectionId first, second;
+  REQUIRE(a.connect(connect_params(), at_ms(0), first) == CmResult::ok);
+  a.receive(kAddressB, rep_from(CommId{0x5000}, first), at_ms(1));
+  REQUIRE(a.accept(first, AcceptParams{}, at_ms(2)) == CmResult::ok);
+  REQUIRE(a.connect(connect_params(), at_ms(3), second) == CmResult::ok);
+  wire.sent.clear();
+  a.receive(forger, rep_from(CommId{0x6000}, second), at_ms(4));
+  REQUIRE(wire.sent.size() == 1);
+  CHECK(std::get<Rej>(wire.sent[0].parsed().body).reason == RejectReason::StaleConnection);
+  CHECK(a.state(first) == CmState::Established);
+  CHECK(a.state(second) == CmState::ReqSent);
+  CHECK(a.counters().rx_stale_foreign == 1);
+}
+
+// Issue 27 item 9: what a received REQ, REJ or SIDR_REQ is matched against is an index, kept
+// exact through every state; nothing stays in it once a connection is gone.
+TEST_CASE("cm: the lookup indexes hold exactly the connections each lookup may find, and empty out", "[cm][hostile]") {
+  Recorder wire;
+  ConnectionManager b(config(kGuidA, kAddressA, 7), wire, wire);
+  REQUIRE(b.listen(kService) == CmResult::ok);
+  constexpr std::uint32_t kMany = 2000;
+  const auto req_from = [](std::uint32_t i) {
+    CmMessage m = peer_req(0x1000 + i);
+    std::get<Req>(m.body).local_comm_id = CommId{0x10000 + i};
+    std::get<Req>(m.body).local_qpn = Qpn{0x100 + i};
+    return m;
+  };
+  for (std::uint32_t i = 0; i < kMany; ++i) b.receive(kAddressB, req_from(i), at_ms(0));
+  REQUIRE(b.connection_count() == kMany);
+  // MRA_REQ_SENT: by peer comm ID (duplicates) and by peer QP (stale connections).
+  CHECK(b.index_entries() == 2 * kMany);
+  // Each duplicate finds its own connection among the 2,000: its delayed MRA names it.
+  for (std::uint32_t i = 0; i < kMany; i += 397) {
+    wire.sent.clear();
+    b.receive(kAddressB, req_from(i), at_ms(1));
+    REQUIRE(wire.sent.size() == 1);
+    const auto mra = std::get<Mra>(wire.sent[0].parsed().body);
+    CHECK(mra.remote_comm_id == CommId{0x10000 + i});
+    CHECK(mra.local_comm_id == wire.events.at(i).connection);
+  }
+  for (const CmEvent& e : wire.events) REQUIRE(b.destroy(e.connection, at_ms(2)) == CmResult::ok);
+  CHECK(b.connection_count() == 0);
+  CHECK(b.index_entries() == 0);
+
+  // SIDR_REQs: indexed by (address, request ID) while unanswered, out once answered.
+  for (std::uint32_t i = 0; i < 100; ++i) {
+    b.receive(kAddressB, CmMessage{.transaction_id = i, .body = SidrReq{.request_id = i, .service_id = kService}}, at_ms(3));
+  }
+  CHECK(b.index_entries() == 100);
+  const std::size_t events = wire.events.size();
+  b.receive(kAddressB, CmMessage{.transaction_id = 5, .body = SidrReq{.request_id = 5, .service_id = kService}}, at_ms(4));
+  CHECK(wire.events.size() == events);  // a duplicate
+  for (std::size_t i = events - 100; i < events; ++i) {
+    REQUIRE(b.sidr_reply(wire.events[i].connection, SidrReplyParams{}, at_ms(5)) == CmResult::ok);
+  }
+  CHECK(b.index_entries() == 0);
+
+  // An established connection, disconnected: indexed until timewait, then gone.
+  ConnectionId ca;
+  Pair p(27);
+  REQUIRE(p.b().listen(kService) == CmResult::ok);
+  REQUIRE(p.a().connect(connect_params(), p.now(), ca) == CmResult::ok);
+  REQUIRE(p.run_until([&] { return has(p.wire_b, CmEventType::Established); }, at_ms(100)));
+  CHECK(p.a().index_entries() == 1);  // active: by peer QP only
+  CHECK(p.b().index_entries() == 2);
+  REQUIRE(p.a().disconnect(ca, {}, p.now()) == CmResult::ok);
+  REQUIRE(p.run_until([&] { return p.a().connection_count() == 0 && p.b().connection_count() == 0; }, at_ms(10'000)));
+  CHECK(p.a().index_entries() == 0);
+  CHECK(p.b().index_entries() == 0);
+}
+
+// Issue 27 item 2: perftest -R accepts its control connection, destroys that listener, and
+// listens again on the same port for the test's connection; a REQ in between met no
+// listener. It now waits for one, a bounded time, in bounded number.
+TEST_CASE("cm: a REQ just before its listener is served by the listener, not refused", "[cm][listen]") {
+  Pair p(31);
+  ConnectionId ca;
+  REQUIRE(p.a().connect(connect_params(), p.now(), ca) == CmResult::ok);
+  REQUIRE(p.run_until([&] { return p.b().held_request_count() == 1; }, at_ms(100)));
+  CHECK(p.wire_b.sent.empty());  // no REJ 8 yet
+  // The server listens 300 ms later: its CONNECT_REQUEST comes at once, the handshake ends.
+  REQUIRE_FALSE(p.run_until([] { return false; }, at_ms(300)));
+  REQUIRE(p.b().listen(kService, at_ms(300)) == CmResult::ok);
+  CHECK(p.b().held_request_count() == 0);
+  REQUIRE(p.wire_b.events.size() == 1);
+  CHECK(p.wire_b.events[0].type == CmEventType::ConnectRequest);
+  CHECK(p.wire_b.events[0].peer_qpn == Qpn{0x11});
+  REQUIRE(p.run_until([&] { return has(p.wire_b, CmEventType::Established); }, at_ms(1000)));
+  CHECK(p.a().state(ca) == CmState::Established);
+  CHECK(p.wire_a.count(AttributeId::Req) == 1);  // no resend was needed
+  CHECK(p.wire_b.count(AttributeId::Rej) == 0);
+  CHECK(p.b().counters().req_held_served == 1);
+}
+
+TEST_CASE("cm: held REQs are bounded, a resent one is not held twice, each expires with REJ 8", "[cm][listen][hostile]") {
+  Recorder wire;
+  ConnectionManager b(config(kGuidA, kAddressA, 7), wire, wire);
+  const auto req_from = [](std::uint32_t i) {
+    CmMessage m = peer_req(0x1000 + i);
+    std::get<Req>(m.body).local_comm_id = CommId{0x10000 + i};
+    std::get<Req>(m.body).local_qpn = Qpn{0x100 + i};
+    return m;
+  };
+  for (std::uint32_t i = 0; i < kMaxHeldReqs + 10; ++i) b.receive(kAddressB, req_from(i), at_ms(i));
+  CHECK(b.held_request_count() == kMaxHeldReqs);
+  CHECK(wire.count(AttributeId::Rej) == 10);  // past the bound: refused at once
+  b.receive(kAddressB, req_from(0), at_ms(100));  // a resend of a held one
+  CHECK(b.held_request_count() == kMaxHeldReqs);
+  CHECK(b.connection_count() == 0);  // held as bytes, not as connections
+  REQUIRE(b.next_deadline() == at_ms(0) + kNoListenerHold);
+  b.advance(at_ms(0) + kNoListenerHold);
+  CHECK(b.held_request_count() == kMaxHeldReqs - 1);
+  const CmMessage first = wire.sent.back().parsed();
+  CHECK(std::get<Rej>(first.body).reason == RejectReason::InvalidServiceId);
+  CHECK(std::get<Rej>(first.body).remote_comm_id == CommId{0x10000});
+  CHECK(first.transaction_id == 0x1000);  // the REQ's TID, echoed
+  b.advance(at_ms(10'000));
+  CHECK(b.held_request_count() == 0);
+  CHECK(wire.count(AttributeId::Rej) == kMaxHeldReqs + 10);
+  CHECK(!b.next_deadline());
+  // A listener for another service takes none of them.
+  b.receive(kAddressB, req_from(500), at_ms(10'001));
+  REQUIRE(b.listen(ip_service_id(PortSpace::Tcp, 1), at_ms(10'002)) == CmResult::ok);
+  CHECK(b.held_request_count() == 1);
+  CHECK(wire.events.empty());
+}
+
+TEST_CASE("cm: a held REQ whose sender gave up (REJ 4) is not handed to a later listener", "[cm][listen]") {
+  Pair p(32, 0, false);
+  ConnectionId ca;
+  REQUIRE(p.a().connect(connect_params(), p.now(), ca) == CmResult::ok);
+  REQUIRE(p.run_until([&] { return p.b().held_request_count() == 1; }, at_ms(100)));
+  REQUIRE(p.a().destroy(ca, p.now()) == CmResult::ok);  // REJ 4 with A's GUID in the ARI
+  REQUIRE(p.run_until([&] { return p.b().held_request_count() == 0; }, at_ms(200)));
+  CHECK(p.now() < at_ms(200));
+  REQUIRE(p.b().listen(kService, p.now()) == CmResult::ok);
+  CHECK(p.wire_b.events.empty());
+  CHECK(p.wire_b.sent.empty());  // no REJ 8 either: the sender is gone
+}
+
+// Issue 27 item 1, the suspected mechanism: a connection in TIMEWAIT is no longer matched
+// by its peer's QPN (cm_enter_timewait -> cm_remove_remote), so a new REQ from that QP, with
+// a new comm ID, is a new connection, not a stale one.
+TEST_CASE("cm: a REQ from the QP of a connection in timewait is a new connection, not stale", "[cm]") {
+  Recorder wire;
+  ConnectionManager b(config(kGuidA, kAddressA, 7), wire, wire);
+  REQUIRE(b.listen(kService) == CmResult::ok);
+  b.receive(kAddressB, peer_req(), at_ms(0));
+  const ConnectionId cb = wire.events.at(0).connection;
+  REQUIRE(b.accept(cb, accept_params_b(), at_ms(1)) == CmResult::ok);
+  b.receive(kAddressB, CmMessage{.body = Rtu{.local_comm_id = CommId{0x5000}, .remote_comm_id = cb}}, at_ms(2));
+  b.receive(kAddressB, CmMessage{.body = Dreq{.local_comm_id = CommId{0x5000}, .remote_comm_id = cb,
+                                              .remote_qpn_eecn = Qpn{0x22}}},
+            at_ms(3));
+  REQUIRE(b.disconnect(cb, {}, at_ms(4)) == CmResult::ok);  // the DREP: TIMEWAIT
+  REQUIRE(b.state(cb) == CmState::Timewait);
+  CmMessage next = peer_req(0x78);
+  std::get<Req>(next.body).local_comm_id = CommId{0x6000};  // same QPN 0x33, same GUID
+  wire.sent.clear();
+  b.receive(kAddressB, next, at_ms(5));
+  CHECK(wire.count(AttributeId::Rej) == 0);
+  REQUIRE(wire.events.back().type == CmEventType::ConnectRequest);
+  CHECK(wire.events.back().connection != cb);
+  CHECK(b.state(cb) == CmState::Timewait);
+}
 }  // namespace
 }  // namespace rrdma::rocev2::cm

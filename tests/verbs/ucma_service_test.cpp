@@ -400,11 +400,16 @@ TEST_CASE("ucma: an RC connection from CONNECT to TIMEWAIT_EXIT, as rping makes 
   CHECK(p.server.command(RDMA_USER_CM_CMD_DESTROY_ID, d).status == EINVAL);  // not the server's id
 }
 
-TEST_CASE("ucma: a REQ for a port nobody listens on comes back REJECTED 8 at once", "[ucma]") {
+TEST_CASE("ucma: a REQ for a port nobody listens on comes back REJECTED 8 after the CM's hold", "[ucma]") {
   Pair p;
   p.server.open_channel();
   const std::uint32_t active = p.resolve(9999);
   REQUIRE(p.connect(active, 0x11).status == 0);
+  p.deliver();
+  CHECK_FALSE(p.client.marker_waiting());  // held for a listener (cm::kNoListenerHold)
+  p.server.now += cm::kNoListenerHold;
+  REQUIRE(p.server.service.next_deadline() == p.server.now);
+  p.server.service.advance(p.server.now);
   p.deliver();
   const auto rejected = p.client.next_event();
   CHECK(rejected.event == ucma::kRejected);
@@ -656,6 +661,80 @@ TEST_CASE("ucma: TIMEWAIT_EXIT follows a disconnect only, not a REJ", "[ucma]") 
     h->service.advance(h->now);
     CHECK_FALSE(h->marker_waiting());
   }
+}
+
+}  // namespace rrdma::verbs
+
+namespace rrdma::verbs {
+
+// Issue 27 item 9: a peer's REQ or SIDR_REQ to a listening port whose CMA header names an
+// address that is not the vnic's is refused, and nothing of it stays behind: 30,000 such
+// REQs left 26,826 connections in the CM before.
+TEST_CASE("ucma: REQs and SIDR_REQs naming another address are refused and leave no connection", "[ucma][hostile]") {
+  Pair p;
+  p.listen(7174, RDMA_PS_TCP);
+  p.listen(7175, RDMA_PS_UDP);
+  const stack::Ipv4Address elsewhere{0x0A0000FE};  // 10.0.0.254, not the server's
+  cm::ConnectionManager& peer = p.client.service.cm();
+  constexpr int kRequests = 500;
+  std::size_t rejs = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    std::array<std::uint8_t, cm::kSidrReqUserDataLength + cm::kCmaHeaderLength> data{};
+    const cm::CmaHeader header = cm::cma_header_ipv4(kClientIp, static_cast<std::uint16_t>(40000 + i), elsewhere);
+    const bool sidr = i % 2 == 1;
+    const std::size_t field = (sidr ? cm::kSidrReqUserDataLength : cm::kReqUserDataLength) + cm::kCmaHeaderLength;
+    REQUIRE(cm::emit_cma_private_data(header, {}, MutableByteSpan(data.data(), field)) == cm::CmaError::none);
+    cm::ConnectionId c{};
+    if (sidr) {
+      REQUIRE(peer.sidr_request({.destination = kServerIp,
+                                 .service_id = cm::ip_service_id(cm::PortSpace::Udp, 7175),
+                                 .private_data = ByteSpan(data.data(), field)},
+                                p.client.now, c) == cm::CmResult::ok);
+    } else {
+      REQUIRE(peer.connect({.destination = kServerIp,
+                            .service_id = cm::ip_service_id(cm::PortSpace::Tcp, 7174),
+                            .local_qpn = rocev2::Qpn{static_cast<std::uint32_t>(0x100 + i)},
+                            .private_data = ByteSpan(data.data(), field)},
+                           p.client.now, c) == cm::CmResult::ok);
+    }
+    const std::size_t before = peer.counters().rx_by_message[*cm::message_index(cm::AttributeId::Rej)] +
+                               peer.counters().rx_by_message[*cm::message_index(cm::AttributeId::SidrRep)];
+    p.deliver();
+    rejs += peer.counters().rx_by_message[*cm::message_index(cm::AttributeId::Rej)] +
+            peer.counters().rx_by_message[*cm::message_index(cm::AttributeId::SidrRep)] - before;
+  }
+  CHECK(rejs == kRequests);  // each answered (REJ 28, SIDR_REP status 2)
+  CHECK(p.server.service.counters().connect_requests_rejected_address == kRequests);
+  CHECK(p.server.service.cm().connection_count() == 0);
+  CHECK(p.server.service.cm().index_entries() == 0);
+  CHECK(p.server.service.listing()["cm_connections"] == 0);
+  CHECK_FALSE(p.server.marker_waiting());  // no CONNECT_REQUEST reached the listeners
+}
+
+}  // namespace rrdma::verbs
+
+namespace rrdma::verbs {
+
+// Issue 27 item 2 (perftest -R): the server destroys its listener as it accepts, and listens
+// again on the same port; the client's next REQ, there first, is held and served.
+TEST_CASE("ucma: a REQ that arrives before the server listens again becomes its CONNECT_REQUEST", "[ucma]") {
+  Pair p;
+  p.server.open_channel();
+  const std::uint32_t active = p.resolve(7174);
+  REQUIRE(p.connect(active, 0x11).status == 0);
+  p.deliver();
+  CHECK_FALSE(p.client.marker_waiting());
+  p.server.now += std::chrono::milliseconds(200);
+  p.server.service.advance(p.server.now);
+  const std::uint32_t listener = p.listen(7174);
+  const auto request = p.server.next_event();
+  CHECK(request.event == ucma::kConnectRequest);
+  CHECK(request.uid == 0x1000);
+  CHECK(request.id != listener);
+  REQUIRE(accept_passive(p.server, request.id, 0x3000, 0x22).status == 0);
+  p.deliver();
+  CHECK(p.client.next_event().event == ucma::kConnectResponse);
+  CHECK(p.server.service.cm().counters().req_held_served == 1);
 }
 
 }  // namespace rrdma::verbs

@@ -611,9 +611,14 @@ UcmaService::Reply UcmaService::listen(Channel& ch, ByteSpan body) {
   }
   if (id->state != IdState::AddrBound) return {EINVAL, {}};
   if (const int conflict = port_conflict(*id, !id->on_device, id->src.port, true)) return {conflict, {}};
-  if (const auto r = cm_.listen(service_id(*id, id->src.port)); r != cm::CmResult::ok) return {errno_of(r), {}};
+  // Listening before the CM is told: a REQ it held for this port (kNoListenerHold) comes
+  // back as a CONNECT_REQUEST during cm_.listen and must find this listener.
   id->state = IdState::Listen;
   id->backlog = static_cast<std::int32_t>(cmd->backlog) <= 0 || cmd->backlog > kMaxBacklog ? kMaxBacklog : cmd->backlog;
+  if (const auto r = cm_.listen(service_id(*id, id->src.port), now_); r != cm::CmResult::ok) {
+    id->state = IdState::AddrBound;
+    return {errno_of(r), {}};
+  }
   return {0, {}};
 }
 
@@ -985,13 +990,12 @@ void UcmaService::on_connect_request(const cm::CmEvent& e) {
   const bool wrong_address = !destination || !source || *destination != config_.address;
   const bool sidr = e.type == cm::CmEventType::SidrRequest;
   const bool wrong_type = listener != nullptr && listener->ps != cm::PortSpace::Ib && sidr != listener->ud;
-  if (listener == nullptr || wrong_address || wrong_type) {  // REJ 28, as cma_ib_req_handler's failure
+  // REJ 28 (SIDR_REP status 2): cma_ib_req_handler fails and ib_cm destroys the cm_id it made
+  // for the REQ, whose cm_destroy_id sends that answer. Destroyed, not only rejected: no id
+  // holds the connection, and a rejected one would stay in the CM for ever.
+  if (listener == nullptr || wrong_address || wrong_type) {
     ++counters_.connect_requests_rejected_address;
-    if (sidr) {
-      cm_.sidr_reply(e.connection, {.status = cm::SidrStatus::Rejected}, now_);
-    } else {
-      cm_.reject(e.connection, {}, now_);
-    }
+    cm_.destroy(e.connection, now_);
     return;
   }
   const auto channel = channels_.find(listener->channel);
