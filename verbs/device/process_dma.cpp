@@ -1,5 +1,7 @@
 #include "verbs/device/process_dma.h"
 
+#include "verbs/device/address_layout.h"
+
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -71,12 +73,22 @@ bool ProcessDma::known_lost(int memory) const {
   return std::find(lost_.begin(), lost_.end(), memory) != lost_.end();
 }
 
+// The mem file writes with FOLL_FORCE, so it would write where the owner may not (a read-only
+// private page gets a copy-on-write copy): its maps are asked first, every time, since an
+// mprotect or mremap may have changed them since the registration (docs/VERBS_MEMORY.md).
+bool ProcessDma::owner_may_write(const DmaTarget& target, std::uint64_t length) {
+  if (target.layout < 0 || writable_range(target.layout, target.address, length) == Writable::Yes) return true;
+  ++counters_.not_writable;
+  return false;
+}
+
 // One contiguous range of one address space, in calls of at most kMaxCallBytes.
 bool ProcessDma::move(Direction direction, const DmaTarget& target, std::uint8_t* local, std::size_t length) {
   if (known_lost(target.memory)) {
     ++counters_.process_gone;
     return false;
   }
+  if (direction == Direction::ToProcess && !owner_may_write(target, length)) return false;
   std::size_t done = 0;
   while (done < length) {
     const std::size_t chunk = std::min(length - done, kMaxCallBytes);
@@ -183,7 +195,7 @@ bool ProcessDma::queue_write(const MrFacts& mr, std::uint64_t addr, std::span<co
     ++counters_.process_gone;
     return false;
   }
-  queue_.push_back({*target, in.data(), in.size()});
+  queue_.push_back({*target, in.data(), in.size(), origin_});
   ++counters_.writes_queued;
   return true;
 }
@@ -220,6 +232,11 @@ bool ProcessDma::flush_run(std::size_t begin, std::size_t end) {
   }
   const DmaTarget& target = queue_[begin].target;
   const std::size_t count = end - begin;
+  if (!owner_may_write(target, bytes)) {
+    counters_.queued_writes_lost += count;
+    lose_origins(begin, end);
+    return false;
+  }
   ssize_t moved = 0;
   do {
     moved = ::pwritev(target.memory, local.data(), static_cast<int>(count), offset_of(target.address));
@@ -230,7 +247,19 @@ bool ProcessDma::flush_run(std::size_t begin, std::size_t end) {
     return true;
   }
   counters_.queued_writes_lost += count;
+  lose_origins(begin, end);
   return false;
+}
+
+// A QP's first lost write is where its NAK goes; later ones of the same QP add nothing.
+void ProcessDma::lose_origins(std::size_t begin, std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) {
+    const std::optional<WriteOrigin>& origin = queue_[i].origin;
+    if (!origin) continue;
+    const bool known = std::any_of(lost_origins_.begin(), lost_origins_.end(),
+                                   [&](const WriteOrigin& o) { return o.qpn == origin->qpn; });
+    if (!known) lost_origins_.push_back(*origin);
+  }
 }
 
 bool ProcessDma::read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out) {

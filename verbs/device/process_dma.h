@@ -15,6 +15,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -42,6 +43,16 @@ struct DmaCounters {
   std::uint64_t writes_queued = 0;
   std::uint64_t combined_calls = 0;
   std::uint64_t queued_writes_lost = 0;
+  // Writes refused because the owner may not write there itself (read-only or unmapped in
+  // its maps, address_layout.h): no byte moved. Counted once per refused call or run.
+  std::uint64_t not_writable = 0;
+};
+
+// Which received packet a queued write came from, so that a write lost at flush() is
+// answered with a NAK instead of the ACK the batch would send (Nic::fail_lost_writes).
+struct WriteOrigin {
+  std::uint32_t qpn = 0;
+  std::uint32_t psn = 0;
 };
 
 using rocev2::DmaPiece;
@@ -99,6 +110,17 @@ class ProcessDma final : public rocev2::Dma {
   // would not notice either (its DMA goes to the pages pinned at registration).
   bool flush();
   std::size_t queued_writes() const { return queue_.size(); }
+  // The packet the next queued writes come from (the Nic sets it before handing a received
+  // packet to the engine); nullopt: they come from no packet that is acknowledged.
+  void set_origin(std::optional<WriteOrigin> origin) { origin_ = origin; }
+  // The packets whose queued writes were lost since the last call, the first lost one per
+  // QP first (its PSN is where the NAK goes).
+  std::vector<WriteOrigin> take_lost_origins() { return std::exchange(lost_origins_, {}); }
+  // True while a write queued for a packet of `qpn` is lost and not yet taken.
+  bool write_lost_for(std::uint32_t qpn) const {
+    return !lost_origins_.empty() && std::any_of(lost_origins_.begin(), lost_origins_.end(),
+                                                 [qpn](const WriteOrigin& o) { return o.qpn == qpn; });
+  }
 
   // The memory handles whose address space was found gone since the last call (its process
   // exited or exec'd): the owner's resources must go (Nic::evict_lost_clients).
@@ -120,11 +142,14 @@ class ProcessDma final : public rocev2::Dma {
     DmaTarget target;
     const std::uint8_t* source = nullptr;
     std::size_t length = 0;
+    std::optional<WriteOrigin> origin;
   };
   bool transfer(Direction direction, std::span<const DmaPiece> pieces, std::uint8_t* local,
                 std::size_t size);
   bool move(Direction direction, const DmaTarget& target, std::uint8_t* local, std::size_t length);
   bool check_moved(int memory, ssize_t moved, std::size_t asked);
+  bool owner_may_write(const DmaTarget& target, std::uint64_t length);
+  void lose_origins(std::size_t begin, std::size_t end);
   bool inside_stable(std::span<const std::uint8_t> bytes) const;
   bool queue_write(const rocev2::MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in);
   bool flush_run(std::size_t begin, std::size_t end);
@@ -136,6 +161,8 @@ class ProcessDma final : public rocev2::Dma {
   std::span<const std::uint8_t> stable_;
   std::vector<QueuedWrite> queue_;
   std::vector<int> lost_;
+  std::optional<WriteOrigin> origin_;
+  std::vector<WriteOrigin> lost_origins_;
 };
 
 }  // namespace rrdma::verbs
