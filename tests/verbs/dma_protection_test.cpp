@@ -5,12 +5,16 @@
 // combining, ACKs held per batch), where a write is checked and performed after the packet
 // was accepted: the requester must still see an error, never a success.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
 
+#include <chrono>
 #include <cstring>
+#include <memory>
 #include <deque>
 #include <string>
 #include <vector>
@@ -19,6 +23,7 @@
 
 #include "rocev2/encap.h"
 #include "rocev2/wire.h"
+#include "tests/verbs/fuse_stall.h"
 #include "tests/verbs/nic_client.h"
 #include "verbs/device/address_layout.h"
 #include "verbs/device/nic.h"
@@ -50,11 +55,17 @@ class QueuePort final : public PacketPort {
 // A vnic whose received frames live in `frames` when `batched` (as the daemon's receive
 // buffers): payload writes are queued and land at end_of_frames(), ACKs are held till then.
 struct ProtectSide {
-  ProtectSide(std::uint32_t ip, std::uint8_t mac, bool batched = true)
+  ProtectSide(std::uint32_t ip, std::uint8_t mac, bool batched = true,
+              std::chrono::milliseconds dma_wait_bound = std::chrono::milliseconds{1000})
       : frames(batched ? 1 << 20 : 0),
-        nic(NicConfig{stack::Ipv4Address{ip}, stack::MacAddress{{2, 0, 0, 0, 0, mac}}, 1500, true,
-                      std::span<const std::uint8_t>(frames.data(), frames.size()), {}},
-            port, watcher) {}
+        nic(config(ip, mac, std::span<const std::uint8_t>(frames.data(), frames.size()), dma_wait_bound), port,
+            watcher) {}
+  static NicConfig config(std::uint32_t ip, std::uint8_t mac, std::span<const std::uint8_t> frames,
+                          std::chrono::milliseconds dma_wait_bound) {
+    NicConfig c{stack::Ipv4Address{ip}, stack::MacAddress{{2, 0, 0, 0, 0, mac}}, 1500, true, frames, {}};
+    c.dma_wait_bound = dma_wait_bound;
+    return c;
+  }
   std::vector<std::uint8_t> frames;
   QueuePort port;
   FakeWatcher watcher;
@@ -64,6 +75,12 @@ struct ProtectSide {
 
 struct UnbatchedSide : ProtectSide {
   UnbatchedSide(std::uint32_t ip, std::uint8_t mac) : ProtectSide(ip, mac, false) {}
+};
+
+// The daemon's loop gives up on a client's memory after 2 s: far above what a legitimate call
+// takes on a loaded machine, far below StallingFuse's give-up.
+struct StallSide : ProtectSide {
+  StallSide(std::uint32_t ip, std::uint8_t mac) : ProtectSide(ip, mac, true, std::chrono::milliseconds{2000}) {}
 };
 
 // Every packet `from` sent is one batch at `to`: copied into its frame memory (when it has
@@ -169,7 +186,108 @@ bool all_bytes(const std::uint8_t* bytes, std::size_t length, std::uint8_t value
   return true;
 }
 
+// A process whose memory is one page of StallingFuse's file, mapped shared and writable and
+// never touched: the first access to it waits for a READ that never comes. It is a client of
+// its own, as an application would be, reached through its /proc/PID/mem.
+class FuseBackedChild {
+ public:
+  explicit FuseBackedChild(const StallingFuse& fuse) {
+    int report[2] = {-1, -1};
+    REQUIRE(::pipe2(report, O_CLOEXEC) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      for (const int fd : fuse.descriptors()) ::close(fd);
+      ::alarm(120);
+      const int file = ::open(fuse.file().c_str(), O_RDWR | O_CLOEXEC);
+      void* at = file < 0 ? MAP_FAILED : ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
+      const std::uint64_t address = at == MAP_FAILED ? 0 : reinterpret_cast<std::uintptr_t>(at);
+      if (::write(report[1], &address, sizeof address) != sizeof address) ::_exit(2);
+      for (;;) ::pause();
+    }
+    ::close(report[1]);
+    const bool reported = ::read(report[0], &address_, sizeof address_) == sizeof address_;
+    ::close(report[0]);
+    REQUIRE(reported);
+    REQUIRE(address_ != 0);
+  }
+  // Killed, not waited for: its exit waits for the stalled access, which ends only when the
+  // FUSE connection is aborted (reap() after that).
+  ~FuseBackedChild() { ::kill(pid_, SIGKILL); }
+  FuseBackedChild(const FuseBackedChild&) = delete;
+  FuseBackedChild& operator=(const FuseBackedChild&) = delete;
+  void reap() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  std::uint64_t address() const { return address_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::uint64_t address_ = 0;
+};
+
+Device open_device_of(TestClient& side, pid_t pid) {
+  Device d;
+  d.event_fd = side.keep(eventfd_for_test());
+  const int memory = side.keep(::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDWR | O_CLOEXEC));
+  REQUIRE(memory >= 0);
+  d.context = side.ok(MessageType::OpenDevice, {control::kVersion, d.events.bytes()},
+                      {d.events.region.fd(), d.event_fd, memory});
+  d.pd = side.ok(MessageType::AllocPd, {d.context});
+  return d;
+}
+
 }  // namespace
+
+// Issue 27 item 6: before, the daemon's loop made the call itself and waited as long as the
+// page did (here: until StallingFuse gave up after 15 s), and every client with it.
+TEST_CASE("dma stall: memory that never answers stops its own client only; another client's traffic flows") {
+  auto fuse = std::make_unique<StallingFuse>();
+  if (!fuse->mounted()) {
+    WARN("skipped: mounting a FUSE file system needs root and /dev/fuse");
+    return;
+  }
+  FuseBackedChild child(*fuse);
+  ConnectedPair<StallSide> p;  // A's qa and B's qb, B's client being this process
+  TestClient stalling(p.b.nic, 7, child.pid());
+  const Device ds = open_device_of(stalling, child.pid());
+  const auto qs = create_qp(stalling, ds);
+  const auto qa2 = create_qp(p.a.user, p.da);
+  connect(stalling, *qs, kTestIpA, qa2->qpn);
+  connect(p.a.user, *qa2, kTestIpB, qs->qpn);
+  const Registration fuse_page = keys(reg_at(stalling, ds.pd, child.address(), kPage, kWritable));
+
+  std::vector<std::uint8_t> source(64, 0xC3);
+  const Registration src = keys(reg_at(p.a.user, p.da.pd, reinterpret_cast<std::uintptr_t>(source.data()),
+                                       source.size(), IBV_ACCESS_LOCAL_WRITE));
+  SendWqe into_fuse = wqe_for(1, rocev2::WrOpcode::RdmaWrite, source, 64, src.lkey);
+  into_fuse.remote_addr = child.address();
+  into_fuse.rkey = fuse_page.rkey;
+  qa2->post_send(into_fuse);
+  exchange(p.a, p.b);
+  // The loop had control back while the page was still being waited for.
+  CHECK(fuse->reads_asked() >= 1);
+  CHECK(fuse->reads_answered() == 0);
+  CHECK(p.b.nic.dma_counters().stalled == 1);
+  CHECK(qa2->poll().empty());  // no ACK for a write that did not land
+
+  // Another client of the same vnic: its traffic goes on.
+  std::vector<std::uint8_t> target(64, 0);
+  const Registration dst = keys(reg_at(p.b.user, p.db.pd, reinterpret_cast<std::uintptr_t>(target.data()),
+                                       target.size(), kWritable));
+  CHECK(write_from_a(p, reinterpret_cast<std::uintptr_t>(target.data()), dst.rkey) == IBV_WC_SUCCESS);
+  CHECK(all_bytes(target.data(), target.size(), 0xC3));
+  CHECK(fuse->reads_answered() == 0);
+  // The stalled client goes at the next look, as one whose address space is gone.
+  p.b.nic.advance(kNow);
+  CHECK(p.b.nic.counters().clients_evicted == 1);
+  CHECK(p.b.nic.dma_counters().stalled == 1);
+
+  fuse.reset();  // aborts the FUSE connection: the abandoned call returns, the child can exit
+  child.reap();
+}
 
 TEST_CASE("dma protection: memory its owner cannot write is refused for any write access, as rxe refuses it") {
   ConnectedPair<ProtectSide> p;

@@ -88,7 +88,8 @@ Nic::Nic(const NicConfig& config, PacketPort& port, FdWatcher& watcher)
     : config_(config),
       port_(port),
       watcher_(watcher),
-      dma_(mrs_),
+      dma_thread_(config.dma_wait_bound.count() > 0 ? std::make_unique<DmaThread>(config.dma_wait_bound) : nullptr),
+      dma_(mrs_, dma_thread_.get()),
       engine_(static_cast<rocev2::EngineHost&>(*this), mrs_, dma_,
               static_cast<rocev2::EngineObserver*>(this)) {
   // Frames come in batches with an end (end_of_frames): combine their writes, answer each
@@ -131,11 +132,11 @@ void Nic::client_disconnected(std::uint64_t client_id, Instant now) {
   client_credentials_.erase(client_id);
   if (auto memory = client_memory_.find(client_id); memory != client_memory_.end()) {
     dma_.forget_memory(memory->second);
-    ::close(memory->second);
+    dma_.close_client_fd(memory->second);  // later, if a stalled call still uses it
     client_memory_.erase(memory);
   }
   if (auto layout = client_layout_.find(client_id); layout != client_layout_.end()) {
-    if (layout->second >= 0) ::close(layout->second);
+    dma_.close_client_fd(layout->second);
     client_layout_.erase(layout);
   }
   settle(now);

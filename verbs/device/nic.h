@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <span>
@@ -79,6 +80,11 @@ struct NicConfig {
   // limit less its reserve): per-process quotas alone let a few processes of one user take
   // them all (found by review). Unlimited by default.
   std::uint64_t descriptor_budget = Quotas::kUnlimited;
+  // How long the event loop waits for one system call on a client's memory (it runs on the
+  // DMA thread, dma_thread.h) before it gives up on that memory and evicts its client: memory
+  // backed by a FUSE file that never answers must not stop the vnic for everyone. 0 runs the
+  // calls on the loop itself, unbounded (tools and tests only).
+  std::chrono::milliseconds dma_wait_bound{1000};
 };
 
 // What `rrdma-vnic stats` shows under "verbs". Every refusal and every loss is counted.
@@ -243,6 +249,7 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   PacketPort& port_;
   FdWatcher& watcher_;
   MrTable mrs_;
+  std::unique_ptr<DmaThread> dma_thread_;
   ProcessDma dma_;
   ResourceRegistry registry_;
   rocev2::Engine engine_;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 namespace rrdma::verbs {
@@ -64,7 +65,12 @@ AddressSpace probe_address_space(int memory) {
 
 bool ProcessDma::still_alive(int memory) {
   if (known_lost(memory)) return false;
-  if (probe_address_space(memory) != AddressSpace::Gone) return true;
+  const DmaTarget target{memory, 0, -1};
+  const ssize_t gone = call_on_memory(target, [memory] {
+    return probe_address_space(memory) == AddressSpace::Gone ? 1 : 0;
+  });
+  if (gone < 0 && errno == ETIMEDOUT) return false;  // stalled: reported lost
+  if (gone != 1) return true;
   check_moved(memory, 0, 1);  // counted and reported lost
   return false;
 }
@@ -73,34 +79,110 @@ bool ProcessDma::known_lost(int memory) const {
   return std::find(lost_.begin(), lost_.end(), memory) != lost_.end();
 }
 
-// The mem file writes with FOLL_FORCE, so it would write where the owner may not (a read-only
-// private page gets a copy-on-write copy): its maps are asked first, every time, since an
-// mprotect or mremap may have changed them since the registration (docs/VERBS_MEMORY.md).
-bool ProcessDma::owner_may_write(const DmaTarget& target, std::uint64_t length) {
-  if (target.layout < 0 || writable_range(target.layout, target.address, length) == Writable::Yes) return true;
-  ++counters_.not_writable;
-  return false;
+// The system calls on client memory. A write asks the owner's maps first, every time: the
+// mem file writes with FOLL_FORCE, so it would write where the owner may not (a read-only
+// private page gets a copy-on-write copy), and an mprotect or mremap may have changed the maps
+// since the registration (docs/VERBS_MEMORY.md). They run on bytes of their own, so that a
+// call abandoned on the DMA thread touches nothing of the daemon's when it resumes.
+namespace {
+
+// EACCES is what no mem file transfer answers: it stands for "not writable for its owner".
+constexpr int kNotWritable = EACCES;
+
+ssize_t write_checked(int memory, int layout, std::uint64_t address, const std::uint8_t* bytes,
+                      std::size_t length) {
+  if (layout >= 0 && writable_range(layout, address, length) != Writable::Yes) {
+    errno = kNotWritable;
+    return -1;
+  }
+  std::size_t done = 0;
+  while (done < length) {
+    const std::size_t chunk = std::min(length - done, kMaxCallBytes);
+    ssize_t moved = 0;
+    do {
+      moved = ::pwrite(memory, bytes + done, chunk, offset_of(address + done));
+    } while (moved < 0 && errno == EINTR);
+    if (moved < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
+    done += static_cast<std::size_t>(moved);
+    if (static_cast<std::size_t>(moved) < chunk) break;
+  }
+  return static_cast<ssize_t>(done);
 }
 
-// One contiguous range of one address space, in calls of at most kMaxCallBytes.
+ssize_t read_all(int memory, std::uint64_t address, std::uint8_t* bytes, std::size_t length) {
+  std::size_t done = 0;
+  while (done < length) {
+    const std::size_t chunk = std::min(length - done, kMaxCallBytes);
+    ssize_t moved = 0;
+    do {
+      moved = ::pread(memory, bytes + done, chunk, offset_of(address + done));
+    } while (moved < 0 && errno == EINTR);
+    if (moved < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
+    done += static_cast<std::size_t>(moved);
+    if (static_cast<std::size_t>(moved) < chunk) break;
+  }
+  return static_cast<ssize_t>(done);
+}
+
+std::shared_ptr<std::uint8_t[]> buffer_of(std::size_t length) {
+  return std::shared_ptr<std::uint8_t[]>(new std::uint8_t[std::max<std::size_t>(length, 1)]);
+}
+
+}  // namespace
+
+ssize_t ProcessDma::call_on_memory(const DmaTarget& target, std::function<ssize_t()> call) {
+  if (thread_ == nullptr) return call();
+  const DmaThread::Outcome outcome = thread_->run(std::move(call), {target.memory, target.layout});
+  if (outcome.finished) {
+    errno = outcome.error;
+    return outcome.result;
+  }
+  ++counters_.stalled;
+  if (!known_lost(target.memory)) lost_.push_back(target.memory);
+  errno = ETIMEDOUT;
+  return -1;
+}
+
+bool ProcessDma::finish_write(const DmaTarget& target, ssize_t moved, std::size_t asked) {
+  if (moved < 0 && errno == kNotWritable) {
+    ++counters_.not_writable;
+    return false;
+  }
+  if (moved < 0 && errno == ETIMEDOUT) return false;  // counted as stalled
+  return check_moved(target.memory, moved, asked);
+}
+
+void ProcessDma::close_client_fd(int fd) {
+  if (fd < 0) return;
+  if (thread_ != nullptr) thread_->close_when_idle(fd);
+  else ::close(fd);
+}
+
+// One contiguous range of one address space.
 bool ProcessDma::move(Direction direction, const DmaTarget& target, std::uint8_t* local, std::size_t length) {
   if (known_lost(target.memory)) {
     ++counters_.process_gone;
     return false;
   }
-  if (direction == Direction::ToProcess && !owner_may_write(target, length)) return false;
-  std::size_t done = 0;
-  while (done < length) {
-    const std::size_t chunk = std::min(length - done, kMaxCallBytes);
-    const off_t at = offset_of(target.address + done);
-    ssize_t moved = 0;
-    do {
-      moved = direction == Direction::FromProcess ? ::pread(target.memory, local + done, chunk, at)
-                                                  : ::pwrite(target.memory, local + done, chunk, at);
-    } while (moved < 0 && errno == EINTR);
-    if (!check_moved(target.memory, moved, chunk)) return false;
-    done += chunk;
+  if (direction == Direction::ToProcess) {
+    if (thread_ == nullptr)
+      return finish_write(target, write_checked(target.memory, target.layout, target.address, local, length), length);
+    auto bytes = buffer_of(length);
+    std::memcpy(bytes.get(), local, length);
+    const ssize_t moved = call_on_memory(target, [memory = target.memory, layout = target.layout,
+                                                  address = target.address, bytes, length] {
+      return write_checked(memory, layout, address, bytes.get(), length);
+    });
+    return finish_write(target, moved, length);
   }
+  if (thread_ == nullptr) return check_moved(target.memory, read_all(target.memory, target.address, local, length), length);
+  auto bytes = buffer_of(length);
+  const ssize_t moved = call_on_memory(target, [memory = target.memory, address = target.address, bytes, length] {
+    return read_all(memory, address, bytes.get(), length);
+  });
+  if (moved < 0 && errno == ETIMEDOUT) return false;
+  if (!check_moved(target.memory, moved, length)) return false;
+  std::memcpy(local, bytes.get(), length);
   return true;
 }
 
@@ -220,31 +302,33 @@ bool ProcessDma::flush() {
   return all_written;
 }
 
-// One pwritev for queue_[begin, end): one address space, one contiguous remote range, one
-// local iovec per write (received frames lie in separate buffers).
+// One write for queue_[begin, end): one address space, one contiguous remote range. The
+// frames' bytes are gathered into one buffer of the call's own (received frames lie in
+// separate buffers, which go back to the kernel after the batch).
 bool ProcessDma::flush_run(std::size_t begin, std::size_t end) {
-  std::array<iovec, kMaxIovecs> local;
-  std::size_t bytes = 0;
-  for (std::size_t i = begin; i < end; ++i) {
-    // pwritev only reads the local side; iovec holds a non-const pointer.
-    local[i - begin] = iovec{const_cast<std::uint8_t*>(queue_[i].source), queue_[i].length};
-    bytes += queue_[i].length;
-  }
   const DmaTarget& target = queue_[begin].target;
   const std::size_t count = end - begin;
-  if (!owner_may_write(target, bytes)) {
-    counters_.queued_writes_lost += count;
-    lose_origins(begin, end);
-    return false;
-  }
-  ssize_t moved = 0;
-  do {
-    moved = ::pwritev(target.memory, local.data(), static_cast<int>(count), offset_of(target.address));
-  } while (moved < 0 && errno == EINTR);
+  std::size_t bytes = 0;
+  for (std::size_t i = begin; i < end; ++i) bytes += queue_[i].length;
   ++counters_.combined_calls;
-  if (check_moved(target.memory, moved, bytes)) {
-    ++counters_.transfers;
-    return true;
+  ssize_t moved = -1;
+  if (known_lost(target.memory)) {
+    ++counters_.process_gone;
+  } else {
+    auto gathered = buffer_of(bytes);
+    std::size_t at = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      std::memcpy(gathered.get() + at, queue_[i].source, queue_[i].length);
+      at += queue_[i].length;
+    }
+    moved = call_on_memory(target, [memory = target.memory, layout = target.layout, address = target.address,
+                                    gathered, bytes] {
+      return write_checked(memory, layout, address, gathered.get(), bytes);
+    });
+    if (finish_write(target, moved, bytes)) {
+      ++counters_.transfers;
+      return true;
+    }
   }
   counters_.queued_writes_lost += count;
   lose_origins(begin, end);

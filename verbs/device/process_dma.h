@@ -17,12 +17,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "rocev2/engine/ports.h"
+#include "verbs/device/dma_thread.h"
 #include "verbs/device/mr_table.h"
 
 namespace rrdma::verbs {
@@ -46,6 +48,9 @@ struct DmaCounters {
   // Writes refused because the owner may not write there itself (read-only or unmapped in
   // its maps, address_layout.h): no byte moved. Counted once per refused call or run.
   std::uint64_t not_writable = 0;
+  // Calls that did not return within the DMA thread's bound (memory that never answers): the
+  // memory is reported lost and its client evicted.
+  std::uint64_t stalled = 0;
 };
 
 // Which received packet a queued write came from, so that a write lost at flush() is
@@ -66,7 +71,10 @@ AddressSpace probe_address_space(int memory);
 
 class ProcessDma final : public rocev2::Dma {
  public:
-  explicit ProcessDma(const MrTable& table) : table_(table) {}
+  // With `thread`, every system call on client memory runs there and the caller waits at
+  // most its bound (dma_thread.h); a call that does not return in time fails, and its memory
+  // is reported lost (stalled). Without, calls run on the caller's thread (tests, tools).
+  explicit ProcessDma(const MrTable& table, DmaThread* thread = nullptr) : table_(table), thread_(thread) {}
 
   // The engine's port. False / nullopt when the table refuses the range or the memory
   // cannot be reached; a transfer that moves fewer bytes than asked is a failure too.
@@ -133,6 +141,9 @@ class ProcessDma final : public rocev2::Dma {
   bool any_lost() const { return !lost_.empty(); }
   // The handle is being closed: its number may name another client's handle next.
   void forget_memory(int memory) { std::erase(lost_, memory); }
+  // Closes a client's descriptor (memory handle, maps) now, or once an abandoned call that
+  // uses it has returned, so that its number is not reused under that call.
+  void close_client_fd(int fd);
 
   const DmaCounters& counters() const { return counters_; }
 
@@ -147,6 +158,9 @@ class ProcessDma final : public rocev2::Dma {
   bool transfer(Direction direction, std::span<const DmaPiece> pieces, std::uint8_t* local,
                 std::size_t size);
   bool move(Direction direction, const DmaTarget& target, std::uint8_t* local, std::size_t length);
+  // Runs `call` (which returns bytes moved, or -1 with errno) on the DMA thread, or here.
+  ssize_t call_on_memory(const DmaTarget& target, std::function<ssize_t()> call);
+  bool finish_write(const DmaTarget& target, ssize_t moved, std::size_t asked);
   bool check_moved(int memory, ssize_t moved, std::size_t asked);
   bool owner_may_write(const DmaTarget& target, std::uint64_t length);
   void lose_origins(std::size_t begin, std::size_t end);
@@ -157,6 +171,7 @@ class ProcessDma final : public rocev2::Dma {
   bool write_word(const rocev2::MrFacts& mr, std::uint64_t addr, std::uint64_t value);
 
   const MrTable& table_;
+  DmaThread* thread_ = nullptr;
   DmaCounters counters_;
   std::span<const std::uint8_t> stable_;
   std::vector<QueuedWrite> queue_;
