@@ -12,10 +12,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <functional>
 #include <vector>
 
 #include "verbs/device/address_layout.h"
+#include "verbs/device/dma_thread.h"
 
 namespace {
 
@@ -54,6 +57,20 @@ int main(int argc, char** argv) {
       ok = rrdma::verbs::writable_range(maps, at, length) == rrdma::verbs::Writable::Yes && ok;
     });
     std::printf("maps_check_%zu %d %.0f\n", length, iterations, ns);
+  }
+  // The same writes as the daemon makes them since issue 27 item 6: the bytes copied into a
+  // buffer of the call's own, the call run on the DMA thread, the loop waiting for it.
+  rrdma::verbs::DmaThread thread(std::chrono::milliseconds{10000});
+  for (const std::size_t length : {std::size_t{64}, std::size_t{4096}, std::size_t{65536}}) {
+    const double ns = best_ns_per_call(iterations, [&] {
+      std::shared_ptr<std::uint8_t[]> bytes(new std::uint8_t[length]);
+      std::memcpy(bytes.get(), source.data(), length);
+      const auto outcome = thread.run([&, bytes, length] {
+        return ::pwrite(memory, bytes.get(), length, static_cast<off_t>(at));
+      }, {memory});
+      ok = outcome.finished && outcome.result == static_cast<ssize_t>(length) && ok;
+    });
+    std::printf("thread_pwrite_%zu %d %.0f\n", length, iterations, ns);
   }
   return ok ? 0 : 2;
 }

@@ -190,17 +190,17 @@ namespace {
 // bind-mounted over a file named "mem" in the sender's own mount namespace, passed every
 // check of the path). So the file is judged by what it is, not by its name: a regular procfs
 // file of mode 0600 (the only one in /proc/PID is mem), open read-write, whose address space
-// a one-byte read at address 0 finds alive (probe_address_space). Whose mem file it is needs
-// no check: a process can only open the mem file of an address space it may ptrace, so the
-// handle never carries more right than its sender had.
-bool is_memory_handle(int fd) {
+// a one-byte read at address 0 finds alive (probe_address_space, on the DMA thread: even that
+// read waits for the owner's mmap lock). Whose mem file it is needs no check: a process can
+// only open the mem file of an address space it may ptrace, so the handle never carries more
+// right than its sender had.
+bool is_mem_file(int fd) {
   struct statfs filesystem{};
   if (fd < 0 || ::fstatfs(fd, &filesystem) != 0 || filesystem.f_type != PROC_SUPER_MAGIC) return false;
   struct stat file{};
   if (::fstat(fd, &file) != 0 || !S_ISREG(file.st_mode) || (file.st_mode & 07777) != 0600) return false;
   const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) return false;
-  return probe_address_space(fd) == AddressSpace::Alive;
+  return flags >= 0 && (flags & O_ACCMODE) == O_RDWR;
 }
 
 }  // namespace
@@ -310,7 +310,11 @@ Message Nic::open_device(std::uint64_t client, const Message& m, control::Receiv
       adopt_ring<RingProducer>(fds, 0, geometry, m.words[field::kEventRingBytes], context->region);
   context->event_fd = Doorbell::adopt_keeping_mode(fds.release(1));
   if (!context->events || !context->event_fd.valid()) return reply(m, EINVAL);
-  if (!is_memory_handle(fds.at(2))) return reply(m, EINVAL);
+  if (!is_mem_file(fds.at(2))) return reply(m, EINVAL);
+  if (dma_.probe(fds.at(2)) != AddressSpace::Alive) {
+    dma_.close_client_fd(fds.release(2));  // a probe that stalled still uses it
+    return reply(m, EINVAL);
+  }
   const Created created = registry_.open_context(client, mapped_bytes(geometry));
   if (!created.ok()) return reply(m, static_cast<std::uint64_t>(created.error));
   context->handle = created.handle;
@@ -416,16 +420,17 @@ bool Nic::exceeds_max_mr_size(std::uint64_t addr, std::uint64_t length, std::uin
 // (the mem file forces writes), so the client's maps are asked instead. An ON_DEMAND region
 // pins nothing on rxe either: its pages are checked at each write (ProcessDma).
 int Nic::check_writable_region(std::uint64_t client, std::uint64_t addr, std::uint64_t length,
-                               std::uint32_t access) const {
+                               std::uint32_t access) {
   constexpr std::uint32_t kWrites = mr_access::kLocalWrite | mr_access::kRemoteWrite | mr_access::kRemoteAtomic;
   if ((access & kWrites) == 0 || (access & mr_access::kOnDemand) != 0) return 0;
   const auto layout = client_layout_.find(client);
-  if (layout == client_layout_.end()) return EFAULT;
-  return writable_range(layout->second, addr, length) == Writable::Yes ? 0 : EFAULT;
+  const auto memory = client_memory_.find(client);
+  if (layout == client_layout_.end() || memory == client_memory_.end()) return EFAULT;
+  return dma_.writable(DmaTarget{memory->second, addr, layout->second}, length) == Writable::Yes ? 0 : EFAULT;
 }
 
 // The region as ibv_rereg_mr would leave it, checked as a new registration.
-int Nic::check_writable_rereg(std::uint64_t client, rocev2::Lkey lkey, const ReregRequest& request) const {
+int Nic::check_writable_rereg(std::uint64_t client, rocev2::Lkey lkey, const ReregRequest& request) {
   if ((request.flags & (rereg_flags::kChangeTranslation | rereg_flags::kChangeAccess)) == 0) return 0;
   for (const MrInfo& mr : mrs_.registrations_of(client)) {
     if (mr.facts.lkey != lkey) continue;

@@ -236,8 +236,8 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   bool memory_lost(std::uint64_t client) const;
   void fail_lost_writes();
   int check_writable_region(std::uint64_t client, std::uint64_t addr, std::uint64_t length,
-                            std::uint32_t access) const;
-  int check_writable_rereg(std::uint64_t client, rocev2::Lkey lkey, const ReregRequest& request) const;
+                            std::uint32_t access);
+  int check_writable_rereg(std::uint64_t client, rocev2::Lkey lkey, const ReregRequest& request);
   void evict_lost_clients(std::vector<std::uint64_t> owners, Instant now);
   std::vector<std::uint64_t> check_address_spaces(Instant now);
   void run_deferred(Instant now);

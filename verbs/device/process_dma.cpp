@@ -63,14 +63,25 @@ AddressSpace probe_address_space(int memory) {
   return moved < 0 && errno == EIO ? AddressSpace::Alive : AddressSpace::Unknown;
 }
 
+AddressSpace ProcessDma::probe(int memory) {
+  const ssize_t answer = call_on_memory(DmaTarget{memory, 0, -1}, [memory] {
+    return static_cast<ssize_t>(probe_address_space(memory));
+  });
+  return answer < 0 ? AddressSpace::Unknown : static_cast<AddressSpace>(answer);
+}
+
+Writable ProcessDma::writable(const DmaTarget& target, std::uint64_t length) {
+  const ssize_t answer = call_on_memory(target, [target, length] {
+    return static_cast<ssize_t>(writable_range(target.layout, target.address, length));
+  });
+  return answer < 0 ? Writable::Unknown : static_cast<Writable>(answer);
+}
+
 bool ProcessDma::still_alive(int memory) {
   if (known_lost(memory)) return false;
-  const DmaTarget target{memory, 0, -1};
-  const ssize_t gone = call_on_memory(target, [memory] {
-    return probe_address_space(memory) == AddressSpace::Gone ? 1 : 0;
-  });
-  if (gone < 0 && errno == ETIMEDOUT) return false;  // stalled: reported lost
-  if (gone != 1) return true;
+  const AddressSpace answer = probe(memory);
+  if (known_lost(memory)) return false;  // stalled: reported lost
+  if (answer != AddressSpace::Gone) return true;
   check_moved(memory, 0, 1);  // counted and reported lost
   return false;
 }
@@ -154,6 +165,7 @@ bool ProcessDma::finish_write(const DmaTarget& target, ssize_t moved, std::size_
 
 void ProcessDma::close_client_fd(int fd) {
   if (fd < 0) return;
+  forget_memory(fd);
   if (thread_ != nullptr) thread_->close_when_idle(fd);
   else ::close(fd);
 }
@@ -283,9 +295,10 @@ bool ProcessDma::queue_write(const MrFacts& mr, std::uint64_t addr, std::span<co
 }
 
 // Runs of queued writes that continue each other in one address space: the packets of one
-// message land back to back, one pwritev for all of them.
+// message land back to back, one write for all of them. Every run into one address space goes
+// to the DMA thread in one call (flush_memory): one hand-over per client per batch.
 bool ProcessDma::flush() {
-  bool all_written = true;
+  std::vector<Run> runs;
   std::size_t begin = 0;
   std::uint64_t run_end = 0;
   for (std::size_t i = 0; i <= queue_.size(); ++i) {
@@ -293,46 +306,84 @@ bool ProcessDma::flush() {
                                                                queue_[i].target.address != run_end ||
                                                                i - begin == kMaxIovecs));
     if (run_ends && i > begin) {
-      all_written = flush_run(begin, i) && all_written;
+      runs.push_back({begin, i});
       begin = i;
     }
     if (i < queue_.size()) run_end = queue_[i].target.address + queue_[i].length;
+  }
+  bool all_written = true;
+  std::vector<bool> taken(runs.size(), false);
+  for (std::size_t first = 0; first < runs.size(); ++first) {
+    if (taken[first]) continue;
+    std::vector<Run> same_memory;
+    for (std::size_t j = first; j < runs.size(); ++j) {
+      if (taken[j] || queue_[runs[j].begin].target.memory != queue_[runs[first].begin].target.memory) continue;
+      taken[j] = true;
+      same_memory.push_back(runs[j]);
+    }
+    all_written = flush_memory(same_memory) && all_written;
   }
   queue_.clear();
   return all_written;
 }
 
-// One write for queue_[begin, end): one address space, one contiguous remote range. The
-// frames' bytes are gathered into one buffer of the call's own (received frames lie in
-// separate buffers, which go back to the kernel after the batch).
-bool ProcessDma::flush_run(std::size_t begin, std::size_t end) {
-  const DmaTarget& target = queue_[begin].target;
-  const std::size_t count = end - begin;
-  std::size_t bytes = 0;
-  for (std::size_t i = begin; i < end; ++i) bytes += queue_[i].length;
-  ++counters_.combined_calls;
-  ssize_t moved = -1;
-  if (known_lost(target.memory)) {
+// The runs into one address space, in queue order, in one call: the frames' bytes gathered
+// into one buffer of the call's own (received frames go back to the kernel after the batch,
+// and an abandoned call may resume after that).
+bool ProcessDma::flush_memory(const std::vector<Run>& runs) {
+  const DmaTarget& first = queue_[runs.front().begin].target;
+  counters_.combined_calls += runs.size();
+  struct Piece {
+    std::uint64_t address = 0;
+    std::size_t offset = 0;
+    std::size_t bytes = 0;
+    ssize_t moved = -1;
+    int error = 0;
+  };
+  auto pieces = std::make_shared<std::vector<Piece>>();
+  std::size_t total = 0;
+  for (const Run& run : runs) {
+    std::size_t bytes = 0;
+    for (std::size_t i = run.begin; i < run.end; ++i) bytes += queue_[i].length;
+    pieces->push_back({queue_[run.begin].target.address, total, bytes});
+    total += bytes;
+  }
+  ssize_t finished = -1;
+  if (known_lost(first.memory)) {
     ++counters_.process_gone;
   } else {
-    auto gathered = buffer_of(bytes);
+    auto gathered = buffer_of(total);
     std::size_t at = 0;
-    for (std::size_t i = begin; i < end; ++i) {
-      std::memcpy(gathered.get() + at, queue_[i].source, queue_[i].length);
-      at += queue_[i].length;
-    }
-    moved = call_on_memory(target, [memory = target.memory, layout = target.layout, address = target.address,
-                                    gathered, bytes] {
-      return write_checked(memory, layout, address, gathered.get(), bytes);
+    for (const Run& run : runs)
+      for (std::size_t i = run.begin; i < run.end; ++i) {
+        std::memcpy(gathered.get() + at, queue_[i].source, queue_[i].length);
+        at += queue_[i].length;
+      }
+    finished = call_on_memory(first, [memory = first.memory, layout = first.layout, gathered, pieces] {
+      for (Piece& piece : *pieces) {
+        errno = 0;
+        piece.moved = write_checked(memory, layout, piece.address, gathered.get() + piece.offset, piece.bytes);
+        piece.error = errno;
+      }
+      return ssize_t{0};
     });
-    if (finish_write(target, moved, bytes)) {
-      ++counters_.transfers;
-      return true;
-    }
   }
-  counters_.queued_writes_lost += count;
-  lose_origins(begin, end);
-  return false;
+  bool all_written = true;
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    // An abandoned call may still be filling in its pieces: read them only when it finished.
+    if (finished == 0) {
+      const Piece& piece = (*pieces)[k];
+      errno = piece.error;
+      if (finish_write(queue_[runs[k].begin].target, piece.moved, piece.bytes)) {
+        ++counters_.transfers;
+        continue;
+      }
+    }
+    counters_.queued_writes_lost += runs[k].end - runs[k].begin;
+    lose_origins(runs[k].begin, runs[k].end);
+    all_written = false;
+  }
+  return all_written;
 }
 
 // A QP's first lost write is where its NAK goes; later ones of the same QP add nothing.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "rocev2/engine/ports.h"
+#include "verbs/device/address_layout.h"
 #include "verbs/device/dma_thread.h"
 #include "verbs/device/mr_table.h"
 
@@ -141,6 +142,10 @@ class ProcessDma final : public rocev2::Dma {
   bool any_lost() const { return !lost_.empty(); }
   // The handle is being closed: its number may name another client's handle next.
   void forget_memory(int memory) { std::erase(lost_, memory); }
+  // probe_address_space(memory), on the DMA thread: Unknown if it did not answer in time.
+  AddressSpace probe(int memory);
+  // writable_range over the target's maps, on the DMA thread: Unknown if it did not answer.
+  Writable writable(const DmaTarget& target, std::uint64_t length);
   // Closes a client's descriptor (memory handle, maps) now, or once an abandoned call that
   // uses it has returned, so that its number is not reused under that call.
   void close_client_fd(int fd);
@@ -166,7 +171,11 @@ class ProcessDma final : public rocev2::Dma {
   void lose_origins(std::size_t begin, std::size_t end);
   bool inside_stable(std::span<const std::uint8_t> bytes) const;
   bool queue_write(const rocev2::MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in);
-  bool flush_run(std::size_t begin, std::size_t end);
+  struct Run {
+    std::size_t begin = 0;  // queue_[begin, end): one contiguous range of one address space
+    std::size_t end = 0;
+  };
+  bool flush_memory(const std::vector<Run>& runs);
   std::optional<std::uint64_t> read_word(const rocev2::MrFacts& mr, std::uint64_t addr);
   bool write_word(const rocev2::MrFacts& mr, std::uint64_t addr, std::uint64_t value);
 
