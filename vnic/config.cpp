@@ -201,6 +201,11 @@ Validated validate(const UpArguments& args) {
                   std::to_string(kMaxBusyPollMicroseconds));
   }
   config.busy_poll_us = args.busy_poll_us;
+  if (args.dma_wait_ms > kMaxDmaWaitMilliseconds) {
+    return refuse("bad --dma-wait-ms " + std::to_string(args.dma_wait_ms) + ": expected 0.." +
+                  std::to_string(kMaxDmaWaitMilliseconds));
+  }
+  config.dma_wait_ms = args.dma_wait_ms;
   return {std::move(config), {}};
 }
 

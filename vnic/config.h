@@ -18,6 +18,10 @@ inline constexpr std::uint16_t kMaxMtu = 9000;  // the usual jumbo frame
 inline constexpr std::uint16_t kDefaultMtu = 1500;
 // `up --busy-poll-us`: beyond a millisecond a spinning loop only burns the CPU it found idle.
 inline constexpr std::uint32_t kMaxBusyPollMicroseconds = 1000;
+// `up --dma-wait-ms`: how long the loop waits for one system call on a client's memory before
+// it gives up on that client (verbs/device/dma_thread.h); 0 makes the calls on the loop itself.
+inline constexpr std::uint32_t kDefaultDmaWaitMilliseconds = 1000;
+inline constexpr std::uint32_t kMaxDmaWaitMilliseconds = 60000;
 
 // The per-process quotas `up` was given (--max-*-per-process); each one left out is derived
 // by the daemon from its descriptor limit (verbs::default_quotas), which only the daemon
@@ -64,6 +68,9 @@ struct VnicConfig {
   // How long the daemon's loop keeps looking for work after the last before sleeping, while
   // some CPU is idle (docs/PERFORMANCE.md, "Latency experiments"); zero: it sleeps at once.
   std::uint32_t busy_poll_us = 0;
+  // How long the loop waits for a system call on a client's memory (docs/VERBS_MEMORY.md,
+  // "Memory that never answers"); 0: the calls run on the loop, unbounded.
+  std::uint32_t dma_wait_ms = kDefaultDmaWaitMilliseconds;
 };
 
 // The arguments as text, before any check.
@@ -79,6 +86,7 @@ struct UpArguments {
   std::optional<std::string> group;
   QuotaOverrides quotas;            // range-checked by validate()
   std::uint32_t busy_poll_us = 0;
+  std::uint32_t dma_wait_ms = kDefaultDmaWaitMilliseconds;
 };
 
 // Either a config or the one-line reason the arguments are refused.
