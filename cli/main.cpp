@@ -161,6 +161,11 @@ int main(int argc, char** argv) {
                  "before sleeping, but only while some CPU is idle: lower latency on a machine with spare CPUs, "
                  "nothing gained on a busy one")
       ->capture_default_str();
+  up->add_option("--dma-wait-ms", up_args.dma_wait_ms,
+                 "How long the daemon waits for one read or write of a client's memory (0..60000 ms) before it "
+                 "gives up on that client, whose memory never answers (a FUSE file it serves, say): others keep "
+                 "going. 0 makes those calls on the daemon's loop itself, without a bound (faster, not safe)")
+      ->capture_default_str();
   up->add_flag("--foreground", foreground, "Stay in the foreground, log to stderr; SIGINT/SIGTERM stop it");
   add_quota_options(*up, up_args.quotas);
 

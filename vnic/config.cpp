@@ -153,6 +153,16 @@ stack::MacAddress derive_tap_mac(std::string_view name, const stack::MacAddress&
 
 namespace {
 
+// --dma-wait-ms, for either kind of device: the bound, or why it is refused.
+std::string apply_dma_wait(const UpArguments& args, VnicConfig& config) {
+  if (args.dma_wait_ms > kMaxDmaWaitMilliseconds) {
+    return "bad --dma-wait-ms " + std::to_string(args.dma_wait_ms) + ": expected 0.." +
+           std::to_string(kMaxDmaWaitMilliseconds);
+  }
+  config.dma_wait_ms = args.dma_wait_ms;
+  return {};
+}
+
 // `up --netdev`: the interface gives the address, MAC and MTU; the options that make a TAP
 // host of its own have no meaning.
 Validated validate_netdev(const UpArguments& args) {
@@ -179,6 +189,7 @@ Validated validate_netdev(const UpArguments& args) {
   config.group = args.group;
   config.quotas = args.quotas;
   config.busy_poll_us = args.busy_poll_us;
+  if (auto error = apply_dma_wait(args, config); !error.empty()) return refuse(error);
   return {std::move(config), {}};
 }
 
@@ -235,6 +246,7 @@ Validated validate(const UpArguments& args) {
                   std::to_string(kMaxBusyPollMicroseconds));
   }
   config.busy_poll_us = args.busy_poll_us;
+  if (auto error = apply_dma_wait(args, config); !error.empty()) return refuse(error);
   return {std::move(config), {}};
 }
 

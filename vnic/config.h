@@ -18,6 +18,10 @@ inline constexpr std::uint16_t kMaxMtu = 9000;  // the usual jumbo frame
 inline constexpr std::uint16_t kDefaultMtu = 1500;
 // `up --busy-poll-us`: beyond a millisecond a spinning loop only burns the CPU it found idle.
 inline constexpr std::uint32_t kMaxBusyPollMicroseconds = 1000;
+// `up --dma-wait-ms`: how long the loop waits for one system call on a client's memory before
+// it gives up on that client (verbs/device/dma_thread.h); 0 makes the calls on the loop itself.
+inline constexpr std::uint32_t kDefaultDmaWaitMilliseconds = 1000;
+inline constexpr std::uint32_t kMaxDmaWaitMilliseconds = 60000;
 
 // The per-process quotas `up` was given (--max-*-per-process); each one left out is derived
 // by the daemon from its descriptor limit (verbs::default_quotas), which only the daemon
@@ -68,6 +72,9 @@ struct VnicConfig {
   // bridge, no address of our own (mac, tap_mac, address and mtu are then the interface's,
   // read by the daemon). Needs no privilege.
   std::optional<std::string> netdev;
+  // How long the loop waits for a system call on a client's memory (docs/VERBS_MEMORY.md,
+  // "Memory that never answers"); 0: the calls run on the loop, unbounded.
+  std::uint32_t dma_wait_ms = kDefaultDmaWaitMilliseconds;
 };
 
 // The arguments as text, before any check.
@@ -85,6 +92,7 @@ struct UpArguments {
   std::uint32_t busy_poll_us = 0;
   std::optional<std::string> netdev;
   bool mtu_given = false;           // --mtu was on the command line
+  std::uint32_t dma_wait_ms = kDefaultDmaWaitMilliseconds;
 };
 
 // Either a config or the one-line reason the arguments are refused.

@@ -482,6 +482,7 @@ void Daemon::Impl::start_nic(std::vector<std::string>& notes) {
   nic_config.frame_memory = loop_->receive_memory();
   nic_config.quotas = choose_quotas(notes);
   nic_config.descriptor_budget = descriptors_.usable();
+  nic_config.dma_wait_bound = std::chrono::milliseconds(config_.dma_wait_ms);
   nic_.emplace(nic_config, *endpoint_, watcher_);
   loop_->on_frames_done([this] {
     if (nic_) nic_->end_of_frames();

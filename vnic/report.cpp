@@ -128,6 +128,7 @@ NamedCounters named(const rocev2::EngineCounters& c) {
           {"cnp_received", c.cnp_received},         {"duplicate_requests", c.duplicate_requests},
           {"out_of_sequence", c.out_of_sequence},   {"naks_sent", c.naks_sent},
           {"rnr_naks_sent", c.rnr_naks_sent},       {"naks_received", c.naks_received},
+          {"writes_not_placed", c.writes_not_placed},
           {"rnr_naks_received", c.rnr_naks_received}, {"retransmits", c.retransmits},
           {"timeouts", c.timeouts},                 {"ghost_responses", c.ghost_responses},
           {"qkey_mismatch", c.qkey_mismatch},       {"uc_messages_dropped", c.uc_messages_dropped},
@@ -163,7 +164,8 @@ NamedCounters named(const verbs::DmaCounters& c) {
   return {{"transfers", c.transfers}, {"refused", c.refused},     {"process_gone", c.process_gone},
           {"faults", c.faults},       {"partial", c.partial},     {"other_errors", c.other_errors},
           {"writes_queued", c.writes_queued}, {"combined_calls", c.combined_calls},
-          {"queued_writes_lost", c.queued_writes_lost}, {"reads_shared", c.reads_shared}};
+          {"queued_writes_lost", c.queued_writes_lost}, {"reads_shared", c.reads_shared},
+          {"not_writable", c.not_writable}};
 }
 
 std::vector<std::pair<std::string, std::uint64_t>> named(const verbs::QuotaRefusals& refusals) {

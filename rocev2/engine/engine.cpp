@@ -51,6 +51,7 @@ void Engine::receive(const TransportPacket& packet, const PacketSource& from, In
 void Engine::advance(Instant now) { impl_->advance(now); }
 void Engine::hold_acks(bool on) { impl_->hold_acks(on); }
 void Engine::release_acks() { impl_->release_acks(); }
+void Engine::write_not_placed(Qpn qpn, Psn psn) { impl_->write_not_placed(qpn, psn); }
 std::optional<Instant> Engine::next_deadline() const { return impl_->next_deadline(); }
 std::size_t Engine::deadlines_set() const { return impl_->deadlines_set(); }
 const EngineCounters& Engine::counters() const { return impl_->counters(); }

@@ -64,6 +64,7 @@ struct EngineCounters {
   std::uint64_t out_of_sequence = 0;
   std::uint64_t naks_sent = 0;
   std::uint64_t rnr_naks_sent = 0;
+  std::uint64_t writes_not_placed = 0;  // write_not_placed(): NAKed after the host lost a write
   std::uint64_t naks_received = 0;
   std::uint64_t rnr_naks_received = 0;
   std::uint64_t retransmits = 0;
@@ -112,6 +113,13 @@ class Engine {
   void hold_acks(bool on);
   // Sends every held ACK (of QPs that still exist and are not in RESET or ERR).
   void release_acks();
+  // The host could not place a write it accepted for packet `psn` of QP `qpn`: it queues
+  // writes and performs them after the packet (the daemon's write combining), so a write can
+  // fail after Dma::write said yes. The requester must not learn that its data landed: an
+  // RC responder NAKs with remote operational error at `psn` (as for a write refused at
+  // once), forgets the ACK it held, and the QP goes to ERR. The host calls this before any
+  // packet of the QP leaves, and never from inside an engine call.
+  void write_not_placed(Qpn qpn, Psn psn);
   // Runs the timers due at `now` (retransmission, RNR waits), the next step of every READ
   // being answered (its responses go out a step at a time: docs/TRANSPORT.md), and the
   // requesters that stopped for want of transmit room (EngineHost::transmit_room).

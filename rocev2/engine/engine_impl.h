@@ -216,6 +216,7 @@ class Engine::Impl {
   void advance(Instant now);
   void hold_acks(bool on);
   void release_acks();
+  void write_not_placed(Qpn qpn, Psn psn);
   std::optional<Instant> next_deadline() const;
   std::size_t deadlines_set() const { return timers_.size(); }
   std::uint32_t unacked_limit() const;

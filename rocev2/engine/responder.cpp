@@ -128,6 +128,28 @@ void Engine::Impl::release_acks() {
   acks_held_ = std::move(still_owed);
 }
 
+// A UC write that did not land is as lost as a UC packet that did not arrive: UC keeps no
+// state to answer with, and its QP stays as it is.
+void Engine::Impl::write_not_placed(Qpn qpn, Psn psn) {
+  Qp* qp = find(qpn);
+  if (qp == nullptr || qp->type != QpType::Rc) return;
+  if (qp->attr.state == QpState::Reset || qp->attr.state == QpState::Err) return;
+  Responder& s = qp->resp;
+  s.held_ack.reset();
+  ++counters_.writes_not_placed;
+  ++counters_.naks_sent;
+  send_ack(*qp, psn, nak_syndrome(NakCode::RemoteOperationalError), PacketDecision::Sent, "NAK write not placed");
+  if (s.in_progress == Responder::InProgress::Send) {
+    Completion c;
+    c.wr_id = s.recv_wr_id;
+    c.status = WcStatus::LocProtErr;
+    c.opcode = WcOpcode::Recv;
+    complete_recv(*qp, c);
+  }
+  s.in_progress = Responder::InProgress::None;
+  enter_error(*qp, "a write was not placed", EventType::QpFatal);
+}
+
 // The responder sent a packet that acknowledges every PSN up to `last` (an ACK, a NAK's
 // PSN - 1 and below, the last READ response, an atomic ACK): the count towards the next
 // unrequested ACK restarts, and a held ACK it covers is no longer owed. A duplicate READ's

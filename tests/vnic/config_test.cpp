@@ -142,6 +142,19 @@ TEST_CASE("a busy-poll window beyond a millisecond is refused", "[vnic][config]"
   }
 }
 
+TEST_CASE("the DMA wait bound: 1 s by default, 0 (on the loop) up to a minute", "[vnic][config]") {
+  auto args = good_arguments();
+  CHECK(validate(args).config->dma_wait_ms == 1000);
+  args.dma_wait_ms = 60001;
+  CHECK_THAT(refusal(args), Catch::Contains("--dma-wait-ms"));
+  for (std::uint32_t milliseconds : {0u, 1u, 60000u}) {
+    args.dma_wait_ms = milliseconds;
+    const auto accepted = validate(args);
+    REQUIRE(accepted.config);
+    CHECK(accepted.config->dma_wait_ms == milliseconds);
+  }
+}
+
 TEST_CASE("bad MACs are refused", "[vnic][config]") {
   for (const char* mac : {"01:00:5e:00:00:01", "ff:ff:ff:ff:ff:ff", "00:00:00:00:00:00",
                           "02:00:00:aa:bb", "02:00:00:aa:bb:cc:dd", "zz:00:00:aa:bb:cc"}) {

@@ -106,7 +106,7 @@ int MrTable::attach_client(const Client& client) {
   auto it = clients_.find(client.id);
   if (it != clients_.end()) return it->second.memory == client.memory ? 0 : EINVAL;
   if (client.memory < 0) return ESRCH;
-  clients_.emplace(client.id, ClientRecord{client.memory, 0});
+  clients_.emplace(client.id, ClientRecord{client.memory, client.layout, 0});
   return 0;
 }
 
@@ -330,7 +330,7 @@ std::optional<DmaTarget> MrTable::dma_target(const MrFacts& mr, std::uint64_t ad
   if (offset > s.length || length > s.length - offset) return std::nullopt;
   const auto client = clients_.find(s.client_id);
   if (client == clients_.end()) return std::nullopt;
-  return DmaTarget{client->second.memory, s.addr + offset};
+  return DmaTarget{client->second.memory, s.addr + offset, client->second.layout};
 }
 
 // ------------------------------------------------------------------ memory windows
@@ -503,7 +503,7 @@ std::optional<DmaTarget> MrTable::window_target(const Slot& window, std::uint64_
   if (in_region > region.length || length > region.length - in_region) return std::nullopt;
   const auto client = clients_.find(region.client_id);
   if (client == clients_.end()) return std::nullopt;
-  return DmaTarget{client->second.memory, region.addr + in_region};
+  return DmaTarget{client->second.memory, region.addr + in_region, client->second.layout};
 }
 
 }  // namespace rrdma::verbs

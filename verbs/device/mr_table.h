@@ -48,6 +48,10 @@ inline constexpr std::uint32_t kOptionalRange = 0x3FF0'0000;
 struct Client {
   std::uint64_t id = 0;
   int memory = -1;
+  // The client's /proc/PID/maps, opened by the daemon at open_device (address_layout.h):
+  // what ProcessDma asks before each write whether the owner may write there. -1: no layout
+  // is known, and writes are not checked (the Nic then refuses regions that grant writes).
+  int layout = -1;
 };
 
 // One ibv_reg_mr / ibv_reg_mr_iova call.
@@ -94,6 +98,7 @@ struct RegisterResult {
 struct DmaTarget {
   int memory = -1;             // the client's /proc/self/mem (Client::memory)
   std::uint64_t address = 0;   // in the client's address space
+  int layout = -1;             // the client's maps file (Client::layout), -1 if none
 };
 
 // A new memory window's handle and R_Key, or the errno that refused it. The handle names the
@@ -208,6 +213,7 @@ class MrTable final : public rocev2::MrTable {
 
   struct ClientRecord {
     int memory = -1;  // not owned
+    int layout = -1;  // not owned
     std::size_t registrations = 0;
   };
 

@@ -4,6 +4,8 @@
 // an fd or touches the engine, and a refusal leaves no state behind.
 #include "verbs/device/nic.h"
 
+#include "verbs/device/address_layout.h"
+
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
@@ -86,7 +88,8 @@ Nic::Nic(const NicConfig& config, PacketPort& port, FdWatcher& watcher)
     : config_(config),
       port_(port),
       watcher_(watcher),
-      dma_(mrs_),
+      dma_thread_(config.dma_wait_bound.count() > 0 ? std::make_unique<DmaThread>(config.dma_wait_bound) : nullptr),
+      dma_(mrs_, dma_thread_.get()),
       engine_(static_cast<rocev2::EngineHost&>(*this), mrs_, dma_,
               static_cast<rocev2::EngineObserver*>(this)) {
   // Frames come in batches with an end (end_of_frames): combine their writes, answer each
@@ -129,8 +132,12 @@ void Nic::client_disconnected(std::uint64_t client_id, Instant now) {
   client_credentials_.erase(client_id);
   if (auto memory = client_memory_.find(client_id); memory != client_memory_.end()) {
     dma_.forget_memory(memory->second);
-    ::close(memory->second);
+    dma_.close_client_fd(memory->second);  // later, if a stalled call still uses it
     client_memory_.erase(memory);
+  }
+  if (auto layout = client_layout_.find(client_id); layout != client_layout_.end()) {
+    dma_.close_client_fd(layout->second);
+    client_layout_.erase(layout);
   }
   settle(now);
 }
@@ -183,17 +190,17 @@ namespace {
 // bind-mounted over a file named "mem" in the sender's own mount namespace, passed every
 // check of the path). So the file is judged by what it is, not by its name: a regular procfs
 // file of mode 0600 (the only one in /proc/PID is mem), open read-write, whose address space
-// a one-byte read at address 0 finds alive (probe_address_space). Whose mem file it is needs
-// no check: a process can only open the mem file of an address space it may ptrace, so the
-// handle never carries more right than its sender had.
-bool is_memory_handle(int fd) {
+// a one-byte read at address 0 finds alive (probe_address_space, on the DMA thread: even that
+// read waits for the owner's mmap lock). Whose mem file it is needs no check: a process can
+// only open the mem file of an address space it may ptrace, so the handle never carries more
+// right than its sender had.
+bool is_mem_file(int fd) {
   struct statfs filesystem{};
   if (fd < 0 || ::fstatfs(fd, &filesystem) != 0 || filesystem.f_type != PROC_SUPER_MAGIC) return false;
   struct stat file{};
   if (::fstat(fd, &file) != 0 || !S_ISREG(file.st_mode) || (file.st_mode & 07777) != 0600) return false;
   const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) return false;
-  return probe_address_space(fd) == AddressSpace::Alive;
+  return flags >= 0 && (flags & O_ACCMODE) == O_RDWR;
 }
 
 }  // namespace
@@ -246,6 +253,7 @@ Message Nic::handle(std::uint64_t client, const Message& request, control::Recei
   ++counters_.requests;
   // A request may deregister memory or read what the engine wrote: queued writes land first.
   dma_.flush();
+  fail_lost_writes();
   Message answer = clients_.count(client) == 0 || request.is_reply()
                        ? reply(request, clients_.count(client) == 0 ? ENOENT : EINVAL)
                        : dispatch(client, request, fds, now);
@@ -302,13 +310,21 @@ Message Nic::open_device(std::uint64_t client, const Message& m, control::Receiv
       adopt_ring<RingProducer>(fds, 0, geometry, m.words[field::kEventRingBytes], context->region);
   context->event_fd = Doorbell::adopt_keeping_mode(fds.release(1));
   if (!context->events || !context->event_fd.valid()) return reply(m, EINVAL);
-  if (!is_memory_handle(fds.at(2))) return reply(m, EINVAL);
+  if (!is_mem_file(fds.at(2))) return reply(m, EINVAL);
+  if (dma_.probe(fds.at(2)) != AddressSpace::Alive) {
+    dma_.close_client_fd(fds.release(2));  // a probe that stalled still uses it
+    return reply(m, EINVAL);
+  }
   const Created created = registry_.open_context(client, mapped_bytes(geometry));
   if (!created.ok()) return reply(m, static_cast<std::uint64_t>(created.error));
   context->handle = created.handle;
   context->client = client;
   // One address space per connection: a later context of the client keeps the first handle.
-  if (client_memory_.count(client) == 0) client_memory_.emplace(client, fds.release(2));
+  if (client_memory_.count(client) == 0) {
+    client_memory_.emplace(client, fds.release(2));
+    const auto watch = client_credentials_.find(client);
+    client_layout_.emplace(client, watch == client_credentials_.end() ? -1 : watch->second.open_proc_file("maps"));
+  }
   contexts_.emplace(created.handle, std::move(context));
   Message answer = reply(m, 0);
   answer.words[field::kContextHandle] = created.handle;
@@ -399,6 +415,33 @@ bool Nic::exceeds_max_mr_size(std::uint64_t addr, std::uint64_t length, std::uin
   return !implicit && length > caps::kMaxMrSize;
 }
 
+// rdma_rxe pins a region's pages for writing when it grants any write (local, remote, atomic),
+// which fails with EFAULT on a read-only or unmapped page; our DMA would write there anyway
+// (the mem file forces writes), so the client's maps are asked instead. An ON_DEMAND region
+// pins nothing on rxe either: its pages are checked at each write (ProcessDma).
+int Nic::check_writable_region(std::uint64_t client, std::uint64_t addr, std::uint64_t length,
+                               std::uint32_t access) {
+  constexpr std::uint32_t kWrites = mr_access::kLocalWrite | mr_access::kRemoteWrite | mr_access::kRemoteAtomic;
+  if ((access & kWrites) == 0 || (access & mr_access::kOnDemand) != 0) return 0;
+  const auto layout = client_layout_.find(client);
+  const auto memory = client_memory_.find(client);
+  if (layout == client_layout_.end() || memory == client_memory_.end()) return EFAULT;
+  return dma_.writable(DmaTarget{memory->second, addr, layout->second}, length) == Writable::Yes ? 0 : EFAULT;
+}
+
+// The region as ibv_rereg_mr would leave it, checked as a new registration.
+int Nic::check_writable_rereg(std::uint64_t client, rocev2::Lkey lkey, const ReregRequest& request) {
+  if ((request.flags & (rereg_flags::kChangeTranslation | rereg_flags::kChangeAccess)) == 0) return 0;
+  for (const MrInfo& mr : mrs_.registrations_of(client)) {
+    if (mr.facts.lkey != lkey) continue;
+    const bool moved = (request.flags & rereg_flags::kChangeTranslation) != 0;
+    const bool reaccess = (request.flags & rereg_flags::kChangeAccess) != 0;
+    return check_writable_region(client, moved ? request.addr : mr.addr, moved ? request.length : mr.facts.length,
+                                 reaccess ? request.access : mr.facts.access);
+  }
+  return 0;  // not this client's: reregister() refuses it
+}
+
 // The MR handle is its L_Key: unique among standing registrations, and the MR table and
 // the registry both know an MR by it.
 Message Nic::reg_mr(std::uint64_t client, const Message& m) {
@@ -416,10 +459,12 @@ Message Nic::reg_mr(std::uint64_t client, const Message& m) {
   if (exceeds_max_mr_size(request.addr, request.length, request.access)) return reply(m, EINVAL);
   const auto memory = client_memory_.find(client);
   if (memory == client_memory_.end()) return reply(m, EINVAL);
+  if (const int error = check_writable_region(client, request.addr, request.length, request.access); error != 0)
+    return reply(m, static_cast<std::uint64_t>(error));
   if (const int error = registry_.admit(client, ResourceKind::Mr, 0); error != 0) {
     return reply(m, static_cast<std::uint64_t>(error));
   }
-  const RegisterResult result = mrs_.register_mr(Client{client, memory->second}, request);
+  const RegisterResult result = mrs_.register_mr(Client{client, memory->second, client_layout_[client]}, request);
   if (!result.ok()) return reply(m, static_cast<std::uint64_t>(result.error));
   if (const int error = registry_.add_mr(client, static_cast<Handle>(pd), result.lkey); error != 0) {
     mrs_.deregister(client, result.lkey);
@@ -451,6 +496,9 @@ Message Nic::rereg_mr(std::uint64_t client, const Message& m) {
   if ((request.flags & rereg_flags::kChangeTranslation) != 0 &&
       exceeds_max_mr_size(request.addr, request.length, request.access))
     return reply(m, EINVAL);
+  if (const int error = check_writable_rereg(client, lkey, request); error != 0) {
+    return reply(m, static_cast<std::uint64_t>(error));
+  }
   if (const int error = mrs_.reregister(client, lkey, request); error != 0) {
     return reply(m, static_cast<std::uint64_t>(error));
   }
@@ -487,7 +535,7 @@ Message Nic::alloc_mw(std::uint64_t client, const Message& m) {
     return reply(m, static_cast<std::uint64_t>(error));
   }
   const AllocMwResult result =
-      mrs_.alloc_mw(Client{client, memory->second}, static_cast<std::uint32_t>(pd), static_cast<int>(type));
+      mrs_.alloc_mw(Client{client, memory->second, client_layout_[client]}, static_cast<std::uint32_t>(pd), static_cast<int>(type));
   if (!result.ok()) return reply(m, static_cast<std::uint64_t>(result.error));
   if (const int error = registry_.add_mr(client, static_cast<Handle>(pd), rocev2::Lkey(result.handle)); error != 0) {
     mrs_.dealloc_mw(client, result.handle);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <span>
@@ -79,6 +80,11 @@ struct NicConfig {
   // limit less its reserve): per-process quotas alone let a few processes of one user take
   // them all (found by review). Unlimited by default.
   std::uint64_t descriptor_budget = Quotas::kUnlimited;
+  // How long the event loop waits for one system call on a client's memory (it runs on the
+  // DMA thread, dma_thread.h) before it gives up on that memory and evicts its client: memory
+  // backed by a FUSE file that never answers must not stop the vnic for everyone. 0 runs the
+  // calls on the loop itself, unbounded (tools and tests only).
+  std::chrono::milliseconds dma_wait_bound{1000};
 };
 
 // What `rrdma-vnic stats` shows under "verbs". Every refusal and every loss is counted.
@@ -89,6 +95,7 @@ struct NicCounters {
   std::uint64_t clients_disconnected = 0;
   std::uint64_t clients_evicted = 0;      // their address space went (exec, exit) or their credentials changed
   std::uint64_t sends_of_lost_clients = 0; // packets of such a client's QPs, not sent
+  std::uint64_t sends_after_lost_write = 0; // packets of a QP whose queued write was lost, not sent
   std::uint64_t doorbells = 0;
   std::uint64_t send_wqes = 0;            // popped from SQ rings and given to the engine
   std::uint64_t bad_send_wqes = 0;        // refused by check_send_wqe (QP to error)
@@ -230,6 +237,10 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   void srq_failed(Srq& srq);
   void settle(Instant now);
   bool memory_lost(std::uint64_t client) const;
+  void fail_lost_writes();
+  int check_writable_region(std::uint64_t client, std::uint64_t addr, std::uint64_t length,
+                            std::uint32_t access);
+  int check_writable_rereg(std::uint64_t client, rocev2::Lkey lkey, const ReregRequest& request);
   void evict_lost_clients(std::vector<std::uint64_t> owners, Instant now);
   std::vector<std::uint64_t> check_address_spaces(Instant now);
   void run_deferred(Instant now);
@@ -241,6 +252,7 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   PacketPort& port_;
   FdWatcher& watcher_;
   MrTable mrs_;
+  std::unique_ptr<DmaThread> dma_thread_;
   ProcessDma dma_;
   ResourceRegistry registry_;
   rocev2::Engine engine_;
@@ -250,6 +262,10 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
   // Each client's /proc/self/mem (control_protocol.h, open_device), owned here: where its
   // DMA goes (MrTable's Client::memory). Closed when the client goes.
   std::unordered_map<std::uint64_t, int> client_memory_;
+  // Each client's /proc/PID/maps, opened at open_device with its memory handle (owned here,
+  // -1 when it could not be opened): what ProcessDma asks before each write whether the
+  // owner may write there (address_layout.h).
+  std::unordered_map<std::uint64_t, int> client_layout_;
   // Each client process's credentials as at connect (SO_PEERCRED's pid): a process that
   // changes them loses its resources (check_address_spaces).
   std::unordered_map<std::uint64_t, CredentialWatch> client_credentials_;

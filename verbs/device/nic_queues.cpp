@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "rocev2/encap.h"
+#include "rocev2/opcode.h"
 #include "verbs/device/device_caps.h"
 #include "verbs/device/nic.h"
 #include "verbs/device/nic_state.h"
@@ -353,6 +354,12 @@ void Nic::publish() {
 void Nic::send_packet(const rocev2::OutgoingPacket& out) {
   // An ACK (or any response) tells the peer its data has landed.
   dma_.flush();
+  // Not if a write of this QP was just lost: the engine NAKs it (fail_lost_writes) once
+  // this engine call has returned, and until then the QP says nothing.
+  if (dma_.write_lost_for(out.src_qpn.value())) {
+    ++counters_.sends_after_lost_write;
+    return;
+  }
   const Qp* qp = qp_by_qpn(out.src_qpn);
   // Nor may it say so when the data was lost because the client's address space is gone (it
   // exec'd or exited): the client is evicted at the next advance(), and until then its QPs
@@ -405,20 +412,38 @@ rocev2::QpState Nic::engine_state(const Qp& qp) const {
 
 void Nic::receive(const rocev2::TransportPacket& packet, const rocev2::PacketSource& from, Instant now) {
   now_ = now;
+  // The writes a request queues are answered for by its QP at its PSN (fail_lost_writes). A
+  // READ response's payload has no one to NAK: a loss there is counted, not answered
+  // (docs/VERBS_MEMORY.md).
+  const bool request = rocev2::opcode_info(packet.bth.opcode).flags.has(rocev2::OpcodeFlags::kRequest);
+  if (request) dma_.set_origin(WriteOrigin{packet.bth.dest_qp.value(), packet.bth.psn.value()});
   engine_.receive(packet, from, now);
+  dma_.set_origin(std::nullopt);
   run_deferred(now);
   if (!batched_frames_) publish();
 }
 
+// The batch's writes land before its ACKs leave: a write lost now is NAKed instead.
 void Nic::end_of_frames() {
+  dma_.flush();
+  fail_lost_writes();
   engine_.release_acks();
   publish();
   dma_.flush();
 }
 
+// Queued writes that flush() lost (the owner unmapped or write-protected the range after the
+// packet was accepted, or it was never writable: ProcessDma checks the owner's maps at
+// flush): their QPs NAK at the packet's PSN and go to ERR (Engine::write_not_placed).
+void Nic::fail_lost_writes() {
+  for (const WriteOrigin& origin : dma_.take_lost_origins())
+    engine_.write_not_placed(rocev2::Qpn(origin.qpn), rocev2::Psn(origin.psn));
+}
+
 void Nic::advance(Instant now) {
   now_ = now;
   engine_.advance(now);
+  fail_lost_writes();
   settle(now);
   evict_lost_clients(check_address_spaces(now), now);
 }

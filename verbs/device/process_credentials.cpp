@@ -83,6 +83,17 @@ CredentialWatch::CredentialWatch(CredentialWatch&& other) noexcept
 
 bool CredentialWatch::exited() const { return pidfd_ >= 0 && has_exited(pidfd_); }
 
+int CredentialWatch::open_proc_file(const char* name) const {
+  if (pidfd_ < 0 || has_exited(pidfd_)) return -1;
+  const std::string path = "/proc/" + std::to_string(pid_) + "/" + name;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0 && has_exited(pidfd_)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 bool CredentialWatch::changed() const {
   if (!valid() || has_exited(pidfd_)) return false;
   const std::optional<ProcessCredentials> now = read_credentials(pid_);

@@ -43,6 +43,9 @@ class CredentialWatch {
   // The process that connected is gone, though its connection may live on in a child: the
   // client ends with it (its quota is counted by pid, which a later process may get).
   bool exited() const;
+  // Opens /proc/PID/`name` read-only for the process watched (-1 if it is gone): the pid
+  // is checked against the pidfd after the open, so the file is never a later process's.
+  int open_proc_file(const char* name) const;
 
  private:
   pid_t pid_ = 0;

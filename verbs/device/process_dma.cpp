@@ -1,5 +1,7 @@
 #include "verbs/device/process_dma.h"
 
+#include "verbs/device/address_layout.h"
+
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -8,6 +10,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 namespace rrdma::verbs {
@@ -60,9 +63,25 @@ AddressSpace probe_address_space(int memory) {
   return moved < 0 && errno == EIO ? AddressSpace::Alive : AddressSpace::Unknown;
 }
 
+AddressSpace ProcessDma::probe(int memory) {
+  const ssize_t answer = call_on_memory(DmaTarget{memory, 0, -1}, [memory] {
+    return static_cast<ssize_t>(probe_address_space(memory));
+  });
+  return answer < 0 ? AddressSpace::Unknown : static_cast<AddressSpace>(answer);
+}
+
+Writable ProcessDma::writable(const DmaTarget& target, std::uint64_t length) {
+  const ssize_t answer = call_on_memory(target, [target, length] {
+    return static_cast<ssize_t>(writable_range(target.layout, target.address, length));
+  });
+  return answer < 0 ? Writable::Unknown : static_cast<Writable>(answer);
+}
+
 bool ProcessDma::still_alive(int memory) {
   if (known_lost(memory)) return false;
-  if (probe_address_space(memory) != AddressSpace::Gone) return true;
+  const AddressSpace answer = probe(memory);
+  if (known_lost(memory)) return false;  // stalled: reported lost
+  if (answer != AddressSpace::Gone) return true;
   check_moved(memory, 0, 1);  // counted and reported lost
   return false;
 }
@@ -71,24 +90,111 @@ bool ProcessDma::known_lost(int memory) const {
   return std::find(lost_.begin(), lost_.end(), memory) != lost_.end();
 }
 
-// One contiguous range of one address space, in calls of at most kMaxCallBytes.
+// The system calls on client memory. A write asks the owner's maps first, every time: the
+// mem file writes with FOLL_FORCE, so it would write where the owner may not (a read-only
+// private page gets a copy-on-write copy), and an mprotect or mremap may have changed the maps
+// since the registration (docs/VERBS_MEMORY.md). They run on bytes of their own, so that a
+// call abandoned on the DMA thread touches nothing of the daemon's when it resumes.
+namespace {
+
+// EACCES is what no mem file transfer answers: it stands for "not writable for its owner".
+constexpr int kNotWritable = EACCES;
+
+ssize_t write_checked(int memory, int layout, std::uint64_t address, const std::uint8_t* bytes,
+                      std::size_t length) {
+  if (layout >= 0 && writable_range(layout, address, length) != Writable::Yes) {
+    errno = kNotWritable;
+    return -1;
+  }
+  std::size_t done = 0;
+  while (done < length) {
+    const std::size_t chunk = std::min(length - done, kMaxCallBytes);
+    ssize_t moved = 0;
+    do {
+      moved = ::pwrite(memory, bytes + done, chunk, offset_of(address + done));
+    } while (moved < 0 && errno == EINTR);
+    if (moved < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
+    done += static_cast<std::size_t>(moved);
+    if (static_cast<std::size_t>(moved) < chunk) break;
+  }
+  return static_cast<ssize_t>(done);
+}
+
+ssize_t read_all(int memory, std::uint64_t address, std::uint8_t* bytes, std::size_t length) {
+  std::size_t done = 0;
+  while (done < length) {
+    const std::size_t chunk = std::min(length - done, kMaxCallBytes);
+    ssize_t moved = 0;
+    do {
+      moved = ::pread(memory, bytes + done, chunk, offset_of(address + done));
+    } while (moved < 0 && errno == EINTR);
+    if (moved < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
+    done += static_cast<std::size_t>(moved);
+    if (static_cast<std::size_t>(moved) < chunk) break;
+  }
+  return static_cast<ssize_t>(done);
+}
+
+std::shared_ptr<std::uint8_t[]> buffer_of(std::size_t length) {
+  return std::shared_ptr<std::uint8_t[]>(new std::uint8_t[std::max<std::size_t>(length, 1)]);
+}
+
+}  // namespace
+
+ssize_t ProcessDma::call_on_memory(const DmaTarget& target, std::function<ssize_t()> call) {
+  if (thread_ == nullptr) return call();
+  const DmaThread::Outcome outcome = thread_->run(std::move(call), {target.memory, target.layout});
+  if (outcome.finished) {
+    errno = outcome.error;
+    return outcome.result;
+  }
+  ++counters_.stalled;
+  if (!known_lost(target.memory)) lost_.push_back(target.memory);
+  errno = ETIMEDOUT;
+  return -1;
+}
+
+bool ProcessDma::finish_write(const DmaTarget& target, ssize_t moved, std::size_t asked) {
+  if (moved < 0 && errno == kNotWritable) {
+    ++counters_.not_writable;
+    return false;
+  }
+  if (moved < 0 && errno == ETIMEDOUT) return false;  // counted as stalled
+  return check_moved(target.memory, moved, asked);
+}
+
+void ProcessDma::close_client_fd(int fd) {
+  if (fd < 0) return;
+  forget_memory(fd);
+  if (thread_ != nullptr) thread_->close_when_idle(fd);
+  else ::close(fd);
+}
+
+// One contiguous range of one address space.
 bool ProcessDma::move(Direction direction, const DmaTarget& target, std::uint8_t* local, std::size_t length) {
   if (known_lost(target.memory)) {
     ++counters_.process_gone;
     return false;
   }
-  std::size_t done = 0;
-  while (done < length) {
-    const std::size_t chunk = std::min(length - done, kMaxCallBytes);
-    const off_t at = offset_of(target.address + done);
-    ssize_t moved = 0;
-    do {
-      moved = direction == Direction::FromProcess ? ::pread(target.memory, local + done, chunk, at)
-                                                  : ::pwrite(target.memory, local + done, chunk, at);
-    } while (moved < 0 && errno == EINTR);
-    if (!check_moved(target.memory, moved, chunk)) return false;
-    done += chunk;
+  if (direction == Direction::ToProcess) {
+    if (thread_ == nullptr)
+      return finish_write(target, write_checked(target.memory, target.layout, target.address, local, length), length);
+    auto bytes = buffer_of(length);
+    std::memcpy(bytes.get(), local, length);
+    const ssize_t moved = call_on_memory(target, [memory = target.memory, layout = target.layout,
+                                                  address = target.address, bytes, length] {
+      return write_checked(memory, layout, address, bytes.get(), length);
+    });
+    return finish_write(target, moved, length);
   }
+  if (thread_ == nullptr) return check_moved(target.memory, read_all(target.memory, target.address, local, length), length);
+  auto bytes = buffer_of(length);
+  const ssize_t moved = call_on_memory(target, [memory = target.memory, address = target.address, bytes, length] {
+    return read_all(memory, address, bytes.get(), length);
+  });
+  if (moved < 0 && errno == ETIMEDOUT) return false;
+  if (!check_moved(target.memory, moved, length)) return false;
+  std::memcpy(local, bytes.get(), length);
   return true;
 }
 
@@ -183,15 +289,16 @@ bool ProcessDma::queue_write(const MrFacts& mr, std::uint64_t addr, std::span<co
     ++counters_.process_gone;
     return false;
   }
-  queue_.push_back({*target, in.data(), in.size()});
+  queue_.push_back({*target, in.data(), in.size(), origin_});
   ++counters_.writes_queued;
   return true;
 }
 
 // Runs of queued writes that continue each other in one address space: the packets of one
-// message land back to back, one pwritev for all of them.
+// message land back to back, one write for all of them. Every run into one address space goes
+// to the DMA thread in one call (flush_memory): one hand-over per client per batch.
 bool ProcessDma::flush() {
-  bool all_written = true;
+  std::vector<Run> runs;
   std::size_t begin = 0;
   std::uint64_t run_end = 0;
   for (std::size_t i = 0; i <= queue_.size(); ++i) {
@@ -199,38 +306,95 @@ bool ProcessDma::flush() {
                                                                queue_[i].target.address != run_end ||
                                                                i - begin == kMaxIovecs));
     if (run_ends && i > begin) {
-      all_written = flush_run(begin, i) && all_written;
+      runs.push_back({begin, i});
       begin = i;
     }
     if (i < queue_.size()) run_end = queue_[i].target.address + queue_[i].length;
+  }
+  bool all_written = true;
+  std::vector<bool> taken(runs.size(), false);
+  for (std::size_t first = 0; first < runs.size(); ++first) {
+    if (taken[first]) continue;
+    std::vector<Run> same_memory;
+    for (std::size_t j = first; j < runs.size(); ++j) {
+      if (taken[j] || queue_[runs[j].begin].target.memory != queue_[runs[first].begin].target.memory) continue;
+      taken[j] = true;
+      same_memory.push_back(runs[j]);
+    }
+    all_written = flush_memory(same_memory) && all_written;
   }
   queue_.clear();
   return all_written;
 }
 
-// One pwritev for queue_[begin, end): one address space, one contiguous remote range, one
-// local iovec per write (received frames lie in separate buffers).
-bool ProcessDma::flush_run(std::size_t begin, std::size_t end) {
-  std::array<iovec, kMaxIovecs> local;
-  std::size_t bytes = 0;
+// The runs into one address space, in queue order, in one call: the frames' bytes gathered
+// into one buffer of the call's own (received frames go back to the kernel after the batch,
+// and an abandoned call may resume after that).
+bool ProcessDma::flush_memory(const std::vector<Run>& runs) {
+  const DmaTarget& first = queue_[runs.front().begin].target;
+  counters_.combined_calls += runs.size();
+  struct Piece {
+    std::uint64_t address = 0;
+    std::size_t offset = 0;
+    std::size_t bytes = 0;
+    ssize_t moved = -1;
+    int error = 0;
+  };
+  auto pieces = std::make_shared<std::vector<Piece>>();
+  std::size_t total = 0;
+  for (const Run& run : runs) {
+    std::size_t bytes = 0;
+    for (std::size_t i = run.begin; i < run.end; ++i) bytes += queue_[i].length;
+    pieces->push_back({queue_[run.begin].target.address, total, bytes});
+    total += bytes;
+  }
+  ssize_t finished = -1;
+  if (known_lost(first.memory)) {
+    ++counters_.process_gone;
+  } else {
+    auto gathered = buffer_of(total);
+    std::size_t at = 0;
+    for (const Run& run : runs)
+      for (std::size_t i = run.begin; i < run.end; ++i) {
+        std::memcpy(gathered.get() + at, queue_[i].source, queue_[i].length);
+        at += queue_[i].length;
+      }
+    finished = call_on_memory(first, [memory = first.memory, layout = first.layout, gathered, pieces] {
+      for (Piece& piece : *pieces) {
+        errno = 0;
+        piece.moved = write_checked(memory, layout, piece.address, gathered.get() + piece.offset, piece.bytes);
+        piece.error = errno;
+      }
+      return ssize_t{0};
+    });
+  }
+  bool all_written = true;
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    // An abandoned call may still be filling in its pieces: read them only when it finished.
+    if (finished == 0) {
+      const Piece& piece = (*pieces)[k];
+      errno = piece.error;
+      if (finish_write(queue_[runs[k].begin].target, piece.moved, piece.bytes)) {
+        ++counters_.transfers;
+        continue;
+      }
+    }
+    counters_.queued_writes_lost += runs[k].end - runs[k].begin;
+    lose_origins(runs[k].begin, runs[k].end);
+    all_written = false;
+  }
+  return all_written;
+}
+
+// A QP's first lost write is where its NAK goes; later ones of the same QP add nothing.
+void ProcessDma::lose_origins(std::size_t begin, std::size_t end) {
   for (std::size_t i = begin; i < end; ++i) {
-    // pwritev only reads the local side; iovec holds a non-const pointer.
-    local[i - begin] = iovec{const_cast<std::uint8_t*>(queue_[i].source), queue_[i].length};
-    bytes += queue_[i].length;
+    const std::optional<WriteOrigin>& origin = queue_[i].origin;
+    if (!origin) continue;
+    const bool known = std::any_of(lost_origins_.begin(), lost_origins_.end(),
+                                   [&](const WriteOrigin& o) { return o.qpn == origin->qpn; });
+    if (!known) lost_origins_.push_back(*origin);
   }
-  const DmaTarget& target = queue_[begin].target;
-  const std::size_t count = end - begin;
-  ssize_t moved = 0;
-  do {
-    moved = ::pwritev(target.memory, local.data(), static_cast<int>(count), offset_of(target.address));
-  } while (moved < 0 && errno == EINTR);
-  ++counters_.combined_calls;
-  if (check_moved(target.memory, moved, bytes)) {
-    ++counters_.transfers;
-    return true;
-  }
-  counters_.queued_writes_lost += count;
-  return false;
 }
 
 bool ProcessDma::read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out) {

@@ -15,13 +15,17 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "rocev2/engine/ports.h"
+#include "verbs/device/address_layout.h"
+#include "verbs/device/dma_thread.h"
 #include "verbs/device/mr_table.h"
 
 namespace rrdma::verbs {
@@ -42,6 +46,19 @@ struct DmaCounters {
   std::uint64_t writes_queued = 0;
   std::uint64_t combined_calls = 0;
   std::uint64_t queued_writes_lost = 0;
+  // Writes refused because the owner may not write there itself (read-only or unmapped in
+  // its maps, address_layout.h): no byte moved. Counted once per refused call or run.
+  std::uint64_t not_writable = 0;
+  // Calls that did not return within the DMA thread's bound (memory that never answers): the
+  // memory is reported lost and its client evicted.
+  std::uint64_t stalled = 0;
+};
+
+// Which received packet a queued write came from, so that a write lost at flush() is
+// answered with a NAK instead of the ACK the batch would send (Nic::fail_lost_writes).
+struct WriteOrigin {
+  std::uint32_t qpn = 0;
+  std::uint32_t psn = 0;
 };
 
 using rocev2::DmaPiece;
@@ -55,7 +72,10 @@ AddressSpace probe_address_space(int memory);
 
 class ProcessDma final : public rocev2::Dma {
  public:
-  explicit ProcessDma(const MrTable& table) : table_(table) {}
+  // With `thread`, every system call on client memory runs there and the caller waits at
+  // most its bound (dma_thread.h); a call that does not return in time fails, and its memory
+  // is reported lost (stalled). Without, calls run on the caller's thread (tests, tools).
+  explicit ProcessDma(const MrTable& table, DmaThread* thread = nullptr) : table_(table), thread_(thread) {}
 
   // The engine's port. False / nullopt when the table refuses the range or the memory
   // cannot be reached; a transfer that moves fewer bytes than asked is a failure too.
@@ -99,6 +119,17 @@ class ProcessDma final : public rocev2::Dma {
   // would not notice either (its DMA goes to the pages pinned at registration).
   bool flush();
   std::size_t queued_writes() const { return queue_.size(); }
+  // The packet the next queued writes come from (the Nic sets it before handing a received
+  // packet to the engine); nullopt: they come from no packet that is acknowledged.
+  void set_origin(std::optional<WriteOrigin> origin) { origin_ = origin; }
+  // The packets whose queued writes were lost since the last call, the first lost one per
+  // QP first (its PSN is where the NAK goes).
+  std::vector<WriteOrigin> take_lost_origins() { return std::exchange(lost_origins_, {}); }
+  // True while a write queued for a packet of `qpn` is lost and not yet taken.
+  bool write_lost_for(std::uint32_t qpn) const {
+    return !lost_origins_.empty() && std::any_of(lost_origins_.begin(), lost_origins_.end(),
+                                                 [qpn](const WriteOrigin& o) { return o.qpn == qpn; });
+  }
 
   // The memory handles whose address space was found gone since the last call (its process
   // exited or exec'd): the owner's resources must go (Nic::evict_lost_clients).
@@ -111,6 +142,13 @@ class ProcessDma final : public rocev2::Dma {
   bool any_lost() const { return !lost_.empty(); }
   // The handle is being closed: its number may name another client's handle next.
   void forget_memory(int memory) { std::erase(lost_, memory); }
+  // probe_address_space(memory), on the DMA thread: Unknown if it did not answer in time.
+  AddressSpace probe(int memory);
+  // writable_range over the target's maps, on the DMA thread: Unknown if it did not answer.
+  Writable writable(const DmaTarget& target, std::uint64_t length);
+  // Closes a client's descriptor (memory handle, maps) now, or once an abandoned call that
+  // uses it has returned, so that its number is not reused under that call.
+  void close_client_fd(int fd);
 
   const DmaCounters& counters() const { return counters_; }
 
@@ -120,22 +158,35 @@ class ProcessDma final : public rocev2::Dma {
     DmaTarget target;
     const std::uint8_t* source = nullptr;
     std::size_t length = 0;
+    std::optional<WriteOrigin> origin;
   };
   bool transfer(Direction direction, std::span<const DmaPiece> pieces, std::uint8_t* local,
                 std::size_t size);
   bool move(Direction direction, const DmaTarget& target, std::uint8_t* local, std::size_t length);
+  // Runs `call` (which returns bytes moved, or -1 with errno) on the DMA thread, or here.
+  ssize_t call_on_memory(const DmaTarget& target, std::function<ssize_t()> call);
+  bool finish_write(const DmaTarget& target, ssize_t moved, std::size_t asked);
   bool check_moved(int memory, ssize_t moved, std::size_t asked);
+  bool owner_may_write(const DmaTarget& target, std::uint64_t length);
+  void lose_origins(std::size_t begin, std::size_t end);
   bool inside_stable(std::span<const std::uint8_t> bytes) const;
   bool queue_write(const rocev2::MrFacts& mr, std::uint64_t addr, std::span<const std::uint8_t> in);
-  bool flush_run(std::size_t begin, std::size_t end);
+  struct Run {
+    std::size_t begin = 0;  // queue_[begin, end): one contiguous range of one address space
+    std::size_t end = 0;
+  };
+  bool flush_memory(const std::vector<Run>& runs);
   std::optional<std::uint64_t> read_word(const rocev2::MrFacts& mr, std::uint64_t addr);
   bool write_word(const rocev2::MrFacts& mr, std::uint64_t addr, std::uint64_t value);
 
   const MrTable& table_;
+  DmaThread* thread_ = nullptr;
   DmaCounters counters_;
   std::span<const std::uint8_t> stable_;
   std::vector<QueuedWrite> queue_;
   std::vector<int> lost_;
+  std::optional<WriteOrigin> origin_;
+  std::vector<WriteOrigin> lost_origins_;
 };
 
 }  // namespace rrdma::verbs
