@@ -166,6 +166,20 @@ std::uint64_t physical_memory() {
   return pages > 0 && page_size > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) : 0;
 }
 
+// The rdma_cm limits `up` set, over the defaults of verbs::UcmaConfig.
+void apply_cm_limits(const CmLimitOverrides& limits, verbs::UcmaConfig& config) {
+  const auto set = [&](CmLimit limit, std::size_t& field) {
+    if (const auto& value = limits[static_cast<std::size_t>(limit)]) field = static_cast<std::size_t>(*value);
+  };
+  set(CmLimit::ChannelsPerUid, config.max_channels_per_uid);
+  set(CmLimit::IdsPerChannel, config.max_ids_per_channel);
+  set(CmLimit::IdsPerProcess, config.max_ids_per_process);
+  set(CmLimit::IdsPerUid, config.max_ids_per_uid);
+  set(CmLimit::EventsPerChannel, config.max_events_per_channel);
+  set(CmLimit::EventsPerUid, config.max_events_per_uid);
+  set(CmLimit::PortsPerUid, config.max_ports_per_uid);
+}
+
 }  // namespace
 
 void log_line(const std::string& line) {
@@ -372,6 +386,7 @@ void Daemon::Impl::start_nic(std::vector<std::string>& notes) {
   nic_config.netdev_mtu = config_.mtu;
   nic_config.frame_memory = loop_->receive_memory();
   nic_config.quotas = choose_quotas(notes);
+  nic_config.user_quotas = config_.user_quotas.applied_to(verbs::default_user_quotas(nic_config.quotas));
   nic_config.descriptor_budget = descriptors_.usable();
   nic_.emplace(nic_config, *roce_, watcher_);
   loop_->on_frames_done([this] {
@@ -402,6 +417,7 @@ void Daemon::Impl::start_rdma_cm() {
   config.cm.local_address = config_.address.address;
   config.cm.tid_high = random();
   config.cm.first_comm_id = random();
+  apply_cm_limits(config_.cm_limits, config);
   cm_mads_.attach(*gsi_);
   resolver_.attach(*interface_);
   ucma_.emplace(config, cm_mads_, resolver_, watcher_);
@@ -514,7 +530,7 @@ void Daemon::Impl::start_control() {
   });
   control_->set_ucma_handler([this](const PeerCredentials& peer, const verbs::ucma::Frame& request,
                                     verbs::control::ReceivedFds& fds) {
-    return ucma_->handle(peer.uid, request, fds, Clock::now());
+    return ucma_->handle(peer.uid, peer.pid, request, fds, Clock::now());
   });
   control_->add_stream_command("capture", [this](const nlohmann::json& request, int fd) { capture_->start(fd, request); });
   control_->add_stream_command("trace", [this](const nlohmann::json& request, int fd) { telemetry_->start_trace(fd, request); });
@@ -553,8 +569,9 @@ nlohmann::json Daemon::Impl::status(Instant now) {
   DescriptorReport descriptors = descriptors_;
   descriptors.open = open_descriptors();
   nlohmann::json status = status_json(StatusReport{config_, ::getpid(), now - started_, interface_->arp_entries(now), nic_->listing(),
-                                  descriptors, nic_->quotas(), nic_->quota_use()});
+                                  descriptors, nic_->quotas(), nic_->quota_use(), nic_->user_quotas()});
   status["rdma_cm"] = ucma_->listing();
+  status["rdma_cm"]["limits"] = verbs::limits_json(ucma_->config());
   return status;
 }
 

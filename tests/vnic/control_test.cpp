@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -158,4 +160,78 @@ TEST_CASE("control server: verbs frames reach the verbs hooks with their fds and
   CHECK(server.counters().verbs_requests == 1);
   CHECK(server.counters().verbs_bad_frames == 1);
   CHECK(server.counters().admin_requests == 1);
+}
+
+namespace {
+
+// A raw connection to the control socket, as a hostile member would hold it.
+int connect_raw(const std::filesystem::path& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+// Issue 27 item 10: a channel made of any descriptor a member sent (O_PATH: the daemon spun on
+// a poll that failed with EBADF; an eventfd: never EOF) is no longer possible: a CreateChannel
+// request carrying a descriptor ends the connection, and the channel's descriptor is the one
+// the daemon sends back.
+TEST_CASE("control server: an rdma_cm channel is the daemon's socketpair, never a descriptor the client sends",
+          "[vnic][control][ucma]") {
+  namespace ucma = verbs::ucma;
+  test::TempRunDir dir;
+  const auto path = dir.path() / "rv_ucma.sock";
+  EventLoop loop(EventLoopConfig{});
+  ControlServer server(path, loop, [&](const json& request, const PeerCredentials&) -> json {
+    if (request["cmd"] == "down") loop.stop();
+    return {{"ok", true}};
+  });
+  int handled = 0;
+  server.set_ucma_handler([&](const PeerCredentials&, const ucma::Frame& request, verbs::control::ReceivedFds& fds) {
+    ++handled;
+    CHECK(fds.size() == 0);
+    int ends[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) == 0);
+    ::close(ends[0]);
+    fds.add(ends[1]);
+    return ucma::Frame{.kind = request.kind, .reply = true, .request_id = request.request_id, .channel = 42, .body = {}};
+  });
+  bool hostile_dropped = false, got_socket = false;
+  std::thread client([&] {
+    const ucma::Frame create{.kind = ucma::Kind::CreateChannel, .request_id = 1, .body = {}};
+    for (const int flags : {O_PATH, O_RDONLY}) {
+      const int sent = ::open("/", flags | O_CLOEXEC);
+      const int fd = connect_raw(path);
+      if (fd < 0 || sent < 0) return;
+      ucma::send_frame(fd, create, sent);
+      const ucma::Received answer = ucma::receive_frame(fd);
+      hostile_dropped = answer.error == verbs::control::IoError::PeerClosed;
+      ::close(sent);
+      ::close(fd);
+      if (!hostile_dropped) break;
+    }
+    const int fd = connect_raw(path);
+    if (fd < 0) return;
+    ucma::send_frame(fd, create);
+    const ucma::Received answer = ucma::receive_frame(fd);
+    if (answer.error == verbs::control::IoError::None && answer.fds.size() == 1) {
+      struct stat st {};
+      got_socket = ::fstat(answer.fds.at(0), &st) == 0 && S_ISSOCK(st.st_mode) && answer.frame.channel == 42;
+    }
+    std::string error;
+    if (auto admin = ControlClient::connect(path, error)) admin->request({{"cmd", "down"}}, std::chrono::seconds(30), error);
+    ::close(fd);
+  });
+  loop.run();
+  client.join();
+  CHECK(hostile_dropped);
+  CHECK(got_socket);
+  CHECK(handled == 1);
 }

@@ -75,6 +75,8 @@ struct NicConfig {
   // What one process may hold (verbs/device/quotas.h); the daemon sets them from `up`'s options and
   // its descriptor limit. Unlimited by default.
   Quotas quotas;
+  // What all processes of one uid may hold together. Unlimited by default.
+  Quotas user_quotas = {};
   // The descriptors every process together may make the daemon hold for verbs objects (its
   // limit less its reserve): per-process quotas alone let a few processes of one user take
   // them all (found by review). Unlimited by default.
@@ -143,6 +145,7 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
 
   std::vector<ClientListing> listing();
   const Quotas& quotas() const { return registry_.quotas(); }
+  const Quotas& user_quotas() const { return registry_.user_quotas(); }
   std::vector<QuotaUse> quota_use() const { return registry_.quota_use(); }
   const QuotaRefusals& quota_refusals() const { return registry_.quota_refusals(); }
   const NicCounters& counters() const { return counters_; }
