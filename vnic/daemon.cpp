@@ -203,6 +203,7 @@ class Daemon::Impl {
   void keep_log() { keep_log_ = true; }
 
  private:
+  void adopt(const ExternalChanges& kept);
   void attach_bridge_and_uplink();
   void attach_bridge(const std::string& bridge_name);
   void attach_uplink(const std::string& uplink_name);
@@ -263,7 +264,7 @@ class Daemon::Impl {
 Daemon::Impl::Impl(const VnicConfig& config, PidFileLock lock, std::vector<std::string>& notes)
     : config_(config), paths_(RuntimePaths::of(config.name)), lock_(std::move(lock)) {
   try {
-    clean_stale(config_.name, notes);
+    adopt(clean_stale(config_.name, notes, /*for_up=*/true));
     if (links_.find(config_.name)) {
       throw std::runtime_error("an interface named " + config_.name + " already exists");
     }
@@ -282,6 +283,19 @@ Daemon::Impl::Impl(const VnicConfig& config, PidFileLock lock, std::vector<std::
 }
 
 void Daemon::Impl::record_changes() { write_state_file(paths_.state_file, changes_.to_json(::getpid())); }
+
+// The bridge (and uplink) a dead daemon of this name created and clean_stale kept for its
+// other ports become this daemon's, if it uses them too: its `down` undoes them as the dead
+// one's would have. One it does not use stays, nobody's (a note says so).
+void Daemon::Impl::adopt(const ExternalChanges& kept) {
+  if (kept.created_bridge && kept.created_bridge == config_.bridge) {
+    changes_.created_bridge = kept.created_bridge;
+    if (kept.enslaved_uplink && kept.enslaved_uplink == config_.uplink) changes_.enslaved_uplink = kept.enslaved_uplink;
+    record_changes();
+  } else if (kept.created_bridge) {
+    log_line("bridge " + *kept.created_bridge + " is left in place; no vnic will remove it");
+  }
+}
 
 void Daemon::Impl::attach_bridge_and_uplink() {
   if (!config_.bridge) return;
