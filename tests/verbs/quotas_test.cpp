@@ -369,7 +369,7 @@ namespace rrdma::verbs {
 
 // Issue 27 item 7: the quotas bounded one process only; a user's processes together took the
 // whole device. All processes of one uid now stop at the per-user total, another uid does not.
-TEST_CASE("quotas: one user's processes together stop at the per-user total; another user still creates",
+TEST_CASE("quotas: one user's processes together stop at the per-user total, another user still creates",
           "[verbs][quotas]") {
   constexpr pid_t kPidC = 300;
   ResourceRegistry registry;

@@ -651,7 +651,7 @@ namespace rrdma::verbs {
 // Issue 27 item 11: an id whose address resolution fails at once can be resolved again and
 // again; each try queued an ADDR_ERROR nobody read (a million of them, 300 MB). The channel's
 // queue is bounded (default 1024): the command that would queue one more is refused.
-TEST_CASE("ucma: unread events on a channel are bounded; the resolve that would queue one more gets ENOMEM",
+TEST_CASE("ucma: unread events on a channel are bounded, the resolve that would queue one more gets ENOMEM",
           "[ucma][limits]") {
   Wire wire;
   Host h(wire, kClientIp, 2);
@@ -679,7 +679,7 @@ TEST_CASE("ucma: unread events on a channel are bounded; the resolve that would 
 
 // Issue 27 item 12: one user bound 28,232 ephemeral ports and every other user's
 // rdma_resolve_addr failed with EADDRNOTAVAIL. A user's bound ids hold at most 4096 ports.
-TEST_CASE("ucma: one user's ids hold at most max_ports_per_uid ports; another user still gets one",
+TEST_CASE("ucma: one user's ids hold at most max_ports_per_uid ports, another user still gets one",
           "[ucma][limits]") {
   Wire wire;
   Host h(wire, kClientIp, 2);

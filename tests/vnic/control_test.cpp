@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -9,6 +10,7 @@
 
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "tests/vnic/temp_run_dir.h"
 #include "vnic/control.h"
@@ -234,4 +236,53 @@ TEST_CASE("control server: an rdma_cm channel is the daemon's socketpair, never 
   CHECK(hostile_dropped);
   CHECK(got_socket);
   CHECK(handled == 1);
+}
+
+// Issue 27 item 7: a member that never read its replies kept a large reply queued in the
+// kernel per connection (the send buffer is raised to hold a chunked reply whole). Now one
+// connection holds one unread reply at most (asking again ends it), and a uid's connections
+// together leave at most unread_reply_bytes_per_uid unread: a large reply past it is an error.
+TEST_CASE("control server: replies left unread are bounded per connection and per uid", "[vnic][control]") {
+  test::TempRunDir dir;
+  const auto path = dir.path() / "rv_unread.sock";
+  EventLoop loop(EventLoopConfig{});
+  ControlServerLimits limits;
+  limits.unread_reply_bytes_per_uid = 300 * 1024;
+  ControlServer server(
+      path, loop,
+      [&](const json& request, const PeerCredentials&) -> json {
+        if (request["cmd"] == "down") loop.stop();
+        if (request["cmd"] == "big") return {{"blob", std::string(200 * 1024, 'x')}};
+        return {{"ok", true}};
+      },
+      std::nullopt, std::nullopt, limits);
+  const std::string big = R"({"cmd":"big"})";
+  bool second_refused = false, first_dropped = false;
+  std::thread client([&] {
+    const int first = connect_raw(path), second = connect_raw(path);
+    if (first >= 0 && second >= 0) {
+      ::send(first, big.data(), big.size(), MSG_NOSIGNAL);
+      pollfd ready{first, POLLIN, 0};
+      ::poll(&ready, 1, 30000);  // its reply is queued, and stays unread
+      ::send(second, big.data(), big.size(), MSG_NOSIGNAL);
+      std::vector<char> buffer(kMaxControlMessage);
+      const ssize_t n = ::recv(second, buffer.data(), buffer.size(), 0);
+      second_refused = n > 0 && n < 4096 && std::string_view(buffer.data(), static_cast<std::size_t>(n)).find("unread") != std::string_view::npos;
+      // Asking again on the first without reading: the daemon hangs up. Nothing is read
+      // meanwhile (reading would make room, and race the daemon's look).
+      ::send(first, big.data(), big.size(), MSG_NOSIGNAL);
+      pollfd hangup{first, POLLRDHUP, 0};
+      first_dropped = ::poll(&hangup, 1, 10000) == 1 && (hangup.revents & (POLLHUP | POLLRDHUP)) != 0;
+    }
+    std::string error;
+    if (auto admin = ControlClient::connect(path, error)) admin->request({{"cmd", "down"}}, std::chrono::seconds(30), error);
+    if (first >= 0) ::close(first);
+    if (second >= 0) ::close(second);
+  });
+  loop.run();
+  client.join();
+  CHECK(second_refused);
+  CHECK(first_dropped);
+  CHECK(server.counters().replies_refused_unread == 1);
+  CHECK(server.counters().dropped_unread_replies == 1);
 }

@@ -75,12 +75,13 @@ struct NicConfig {
   // What one process may hold (verbs/device/quotas.h); the daemon sets them from `up`'s options and
   // its descriptor limit. Unlimited by default.
   Quotas quotas;
-  // What all processes of one uid may hold together. Unlimited by default.
-  Quotas user_quotas = {};
   // The descriptors every process together may make the daemon hold for verbs objects (its
   // limit less its reserve): per-process quotas alone let a few processes of one user take
   // them all (found by review). Unlimited by default.
   std::uint64_t descriptor_budget = Quotas::kUnlimited;
+  // What all processes of one uid may hold together. Unlimited by default. (Last: tests
+  // initialize the fields before it by position.)
+  Quotas user_quotas = {};
 };
 
 // What `rrdma-vnic stats` shows under "verbs". Every refusal and every loss is counted.
