@@ -293,7 +293,8 @@ std::string format_status(const nlohmann::json& status) {
   out << "\n";
   out << "quotas per user:";
   separator = " ";
-  for (const auto& [key, limit] : status.value("quotas_per_user", nlohmann::json::object()).items()) {
+  const auto user_quotas = status.value("quotas_per_user", nlohmann::json::object());
+  for (const auto& [key, limit] : user_quotas.items()) {
     out << separator << limit.dump() << " " << key;
     separator = ", ";
   }
