@@ -65,6 +65,17 @@ CLI::Validator whole_number(bool unit_allowed) {
       "");
 }
 
+// --max-cm-*: the rdma_cm device's bounds per channel, process and user (`status` shows them).
+void add_cm_limit_options(CLI::App& up, rrdma::vnic::CmLimitOverrides& limits) {
+  constexpr const char* kGroup = "rdma_cm limits (see `status`)";
+  for (const auto& option : rrdma::vnic::cm_limit_options()) {
+    up.add_option(option.flag, limits[static_cast<std::size_t>(option.limit)],
+                  std::string(option.help) + ", 1.." + std::to_string(option.max))
+        ->check(whole_number(false))
+        ->group(kGroup);
+  }
+}
+
 // --max-KIND-per-process: left out, the daemon derives each from its descriptor limit, so
 // that no process can take more than a quarter of what it has (`status` shows the numbers).
 void add_quota_options(CLI::App& up, rrdma::vnic::QuotaOverrides& quotas) {
@@ -79,6 +90,24 @@ void add_quota_options(CLI::App& up, rrdma::vnic::QuotaOverrides& quotas) {
                 "Most bytes of queue rings (shared memory the daemon maps) one process may hold, e.g. 512MiB, 1GiB")
       ->transform(CLI::AsSizeValue(false))
       ->transform(whole_number(true))  // transforms run newest first: this one before the unit's
+      ->group(kGroup);
+}
+
+// --max-KIND-per-user: one user's processes together; left out, twice the per-process quota
+// (one user holds at most half of what the daemon has).
+void add_user_quota_options(CLI::App& up, rrdma::vnic::QuotaOverrides& quotas) {
+  constexpr const char* kGroup = "Quotas per user, all its processes together (default: twice the per-process quota; see `status`)";
+  for (const auto& option : rrdma::vnic::quota_options()) {
+    up.add_option(option.user_flag, quotas.of(option.kind),
+                  std::string("Most ") + option.objects + " one user's processes may hold together, 1.." +
+                      std::to_string(option.max))
+        ->check(whole_number(false))
+        ->group(kGroup);
+  }
+  up.add_option(rrdma::vnic::kUserRingBytesFlag, quotas.ring_bytes,
+                "Most bytes of queue rings one user's processes may hold together, e.g. 1GiB")
+      ->transform(CLI::AsSizeValue(false))
+      ->transform(whole_number(true))
       ->group(kGroup);
 }
 
@@ -168,6 +197,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   up->add_flag("--foreground", foreground, "Stay in the foreground, log to stderr; SIGINT/SIGTERM stop it");
   add_quota_options(*up, up_args.quotas);
+  add_user_quota_options(*up, up_args.user_quotas);
+  add_cm_limit_options(*up, up_args.cm_limits);
 
   std::string name;
   bool json = false;

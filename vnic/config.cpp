@@ -83,35 +83,59 @@ std::string check_mac(const std::string& text, std::optional<stack::MacAddress>&
 
 Validated refuse(std::string error) { return {std::nullopt, std::move(error)}; }
 
-std::string check_quotas(const QuotaOverrides& quotas) {
+std::string check_quotas(const QuotaOverrides& quotas, bool per_user) {
   for (const QuotaOption& option : quota_options()) {
     const auto& value = quotas.of(option.kind);
     if (value && (*value < 1 || *value > option.max)) {
-      return std::string("bad ") + option.flag + " " + std::to_string(*value) + ": expected 1.." +
-             std::to_string(option.max) + " " + option.objects;
+      return std::string("bad ") + (per_user ? option.user_flag : option.flag) + " " + std::to_string(*value) +
+             ": expected 1.." + std::to_string(option.max) + " " + option.objects;
     }
   }
   if (quotas.ring_bytes && (*quotas.ring_bytes < kMinRingBytesQuota || *quotas.ring_bytes > kMaxRingBytesQuota)) {
-    return std::string("bad ") + kRingBytesFlag + " " + std::to_string(*quotas.ring_bytes) + ": expected " +
+    return std::string("bad ") + (per_user ? kUserRingBytesFlag : kRingBytesFlag) + " " +
+           std::to_string(*quotas.ring_bytes) + ": expected " +
            std::to_string(kMinRingBytesQuota) + ".." + std::to_string(kMaxRingBytesQuota) + " bytes (1MiB..1TiB)";
+  }
+  return {};
+}
+
+std::string check_cm_limits(const CmLimitOverrides& limits) {
+  for (const CmLimitOption& option : cm_limit_options()) {
+    const auto& value = limits[static_cast<std::size_t>(option.limit)];
+    if (value && (*value < 1 || *value > option.max)) {
+      return std::string("bad ") + option.flag + " " + std::to_string(*value) + ": expected 1.." + std::to_string(option.max);
+    }
   }
   return {};
 }
 
 }  // namespace
 
+const std::array<CmLimitOption, kCmLimits>& cm_limit_options() {
+  static const std::array<CmLimitOption, kCmLimits> options = {{
+      {CmLimit::ChannelsPerUid, "--max-cm-channels-per-uid", "Most rdma_cm event channels (opens of the device) one user may hold (default 1024)", 1u << 20},
+      {CmLimit::IdsPerChannel, "--max-cm-ids-per-channel", "Most rdma_cm ids on one event channel (default 16384)", 1u << 24},
+      {CmLimit::IdsPerProcess, "--max-cm-ids-per-process", "Most rdma_cm ids one process may hold (default 16384)", 1u << 24},
+      {CmLimit::IdsPerUid, "--max-cm-ids-per-uid", "Most rdma_cm ids one user's processes may hold together (default 65536)", 1u << 24},
+      {CmLimit::EventsPerChannel, "--max-cm-events-per-channel", "Most rdma_cm events queued unread on one channel (default 1024)", 1u << 24},
+      {CmLimit::EventsPerUid, "--max-cm-events-per-uid", "Most rdma_cm events queued unread for one user (default 16384)", 1u << 24},
+      {CmLimit::PortsPerUid, "--max-cm-ports-per-uid", "Most rdma_cm ports one user's ids may hold bound (default 4096; 28232 are ephemeral)", 65535},
+  }};
+  return options;
+}
+
 const std::array<QuotaOption, verbs::kResourceKinds>& quota_options() {
   using verbs::ResourceKind;
   namespace caps = verbs::caps;
   // Contexts have no device-wide cap of their own; each holds two descriptors, like a CQ.
   static const std::array<QuotaOption, verbs::kResourceKinds> options = {{
-      {ResourceKind::Context, "--max-contexts-per-process", "contexts", caps::kMaxCq},
-      {ResourceKind::Pd, "--max-pds-per-process", "PDs", caps::kMaxPd},
-      {ResourceKind::Cq, "--max-cqs-per-process", "CQs", caps::kMaxCq},
-      {ResourceKind::Qp, "--max-qps-per-process", "QPs", caps::kMaxQp},
-      {ResourceKind::Srq, "--max-srqs-per-process", "SRQs", caps::kMaxSrq},
-      {ResourceKind::Ah, "--max-ahs-per-process", "AHs", caps::kMaxAh},
-      {ResourceKind::Mr, "--max-mrs-per-process", "MRs", caps::kMaxMr},
+      {ResourceKind::Context, "--max-contexts-per-process", "--max-contexts-per-user", "contexts", caps::kMaxCq},
+      {ResourceKind::Pd, "--max-pds-per-process", "--max-pds-per-user", "PDs", caps::kMaxPd},
+      {ResourceKind::Cq, "--max-cqs-per-process", "--max-cqs-per-user", "CQs", caps::kMaxCq},
+      {ResourceKind::Qp, "--max-qps-per-process", "--max-qps-per-user", "QPs", caps::kMaxQp},
+      {ResourceKind::Srq, "--max-srqs-per-process", "--max-srqs-per-user", "SRQs", caps::kMaxSrq},
+      {ResourceKind::Ah, "--max-ahs-per-process", "--max-ahs-per-user", "AHs", caps::kMaxAh},
+      {ResourceKind::Mr, "--max-mrs-per-process", "--max-mrs-per-user", "MRs", caps::kMaxMr},
   }};
   return options;
 }
@@ -236,8 +260,12 @@ Validated validate(const UpArguments& args) {
   }
   if (args.group && !is_valid_group_name(*args.group)) return refuse("bad group name '" + *args.group + "'");
   config.group = args.group;
-  if (auto error = check_quotas(args.quotas); !error.empty()) return refuse(error);
+  if (auto error = check_quotas(args.quotas, false); !error.empty()) return refuse(error);
   config.quotas = args.quotas;
+  if (auto error = check_quotas(args.user_quotas, true); !error.empty()) return refuse(error);
+  config.user_quotas = args.user_quotas;
+  if (auto error = check_cm_limits(args.cm_limits); !error.empty()) return refuse(error);
+  config.cm_limits = args.cm_limits;
   config.bridge = args.bridge;
   config.create_bridge = args.create_bridge;
   config.uplink = args.uplink;

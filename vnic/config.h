@@ -43,13 +43,30 @@ struct QuotaOverrides {
 struct QuotaOption {
   verbs::ResourceKind kind;
   const char* flag;     // "--max-qps-per-process"
+  const char* user_flag;  // "--max-qps-per-user"
   const char* objects;  // "QPs", for messages
   std::uint64_t max;
 };
 const std::array<QuotaOption, verbs::kResourceKinds>& quota_options();
 inline constexpr const char* kRingBytesFlag = "--max-ring-bytes-per-process";
+inline constexpr const char* kUserRingBytesFlag = "--max-ring-bytes-per-user";
 inline constexpr std::uint64_t kMinRingBytesQuota = std::uint64_t{1} << 20;  // 1 MiB
 inline constexpr std::uint64_t kMaxRingBytesQuota = std::uint64_t{1} << 40;  // 1 TiB
+
+// The rdma_cm device's limits (verbs::UcmaConfig, docs/RDMA_CM.md "Limits") `up` may set;
+// each left out keeps its default.
+enum class CmLimit : std::uint8_t {
+  ChannelsPerUid, IdsPerChannel, IdsPerProcess, IdsPerUid, EventsPerChannel, EventsPerUid, PortsPerUid
+};
+inline constexpr std::size_t kCmLimits = 7;
+struct CmLimitOption {
+  CmLimit limit;
+  const char* flag;  // "--max-cm-ids-per-uid"
+  const char* help;
+  std::uint64_t max;
+};
+const std::array<CmLimitOption, kCmLimits>& cm_limit_options();
+using CmLimitOverrides = std::array<std::optional<std::uint64_t>, kCmLimits>;
 
 struct VnicConfig {
   std::string name;                 // the TAP interface and the /run/rrdma/NAME.* files
@@ -65,6 +82,8 @@ struct VnicConfig {
   // daemon resolves the name when it starts); without it root's group only.
   std::optional<std::string> group;
   QuotaOverrides quotas;
+  QuotaOverrides user_quotas;       // totals of one uid's processes (--max-*-per-user)
+  CmLimitOverrides cm_limits;
   // How long the daemon's loop keeps looking for work after the last before sleeping, while
   // some CPU is idle (docs/PERFORMANCE.md, "Latency experiments"); zero: it sleeps at once.
   std::uint32_t busy_poll_us = 0;
@@ -89,6 +108,8 @@ struct UpArguments {
   std::optional<std::string> gateway;
   std::optional<std::string> group;
   QuotaOverrides quotas;            // range-checked by validate()
+  QuotaOverrides user_quotas;       // range-checked by validate()
+  CmLimitOverrides cm_limits;       // range-checked by validate()
   std::uint32_t busy_poll_us = 0;
   std::optional<std::string> netdev;
   bool mtu_given = false;           // --mtu was on the command line

@@ -1,7 +1,9 @@
 #include "vnic/control.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -108,6 +110,12 @@ void raise_send_buffer(int fd, std::size_t bytes) {
 
 int open_reserve() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
+// Bytes sent on the connection and not yet read by its peer (SIOCOUTQ).
+std::size_t unread_bytes(int fd) {
+  int queued = 0;
+  return ::ioctl(fd, SIOCOUTQ, &queued) == 0 && queued > 0 ? static_cast<std::size_t>(queued) : 0;
+}
+
 std::optional<std::string_view> command_of(const nlohmann::json& request) {
   if (!request.is_object()) return std::nullopt;
   const auto cmd = request.find("cmd");
@@ -207,6 +215,8 @@ std::vector<std::pair<std::string_view, std::uint64_t>> ControlServer::named_cou
           {"commands_refused", c.commands_refused},
           {"replies_chunked", c.replies_chunked},
           {"reply_send_errors", c.reply_send_errors},
+          {"dropped_unread_replies", c.dropped_unread_replies},
+          {"replies_refused_unread", c.replies_refused_unread},
           {"log_lines_suppressed", c.log_lines_suppressed}};
 }
 
@@ -340,6 +350,13 @@ bool ControlServer::serve_admin(int fd) {
     drop(fd);
     return false;
   }
+  // A client asks again only once it has read its reply (ControlClient does): one that does
+  // not read must not pile reply on reply (found by the probe of issue 27).
+  if (unread_bytes(fd) > 0) {
+    ++counters_.dropped_unread_replies;
+    drop(fd);
+    return false;
+  }
   ++requests_;
   ++counters_.admin_requests;
   const PeerCredentials peer = clients_[fd].peer;
@@ -369,6 +386,12 @@ bool ControlServer::send_reply(int fd, const nlohmann::json& reply) {
     out = split_reply(error_reply("the reply (" + std::to_string(out.total_bytes) + " bytes) exceeds " +
                                   std::to_string(kMaxReplyBytes) + " bytes").dump());
   }
+  if (const std::size_t unread = unread_by_uid(clients_[fd].peer.uid);
+      out.total_bytes > kSmallReplyBytes && unread + out.total_bytes > limits_.unread_reply_bytes_per_uid) {
+    ++counters_.replies_refused_unread;
+    out = split_reply(error_reply("this user's connections have " + std::to_string(unread) +
+                                  " bytes of replies unread; read them first").dump());
+  }
   if (out.messages.size() > 1) {
     ++counters_.replies_chunked;
     raise_send_buffer(fd, out.total_bytes + out.messages.size() * kSocketBufferOverhead);
@@ -382,6 +405,15 @@ bool ControlServer::send_reply(int fd, const nlohmann::json& reply) {
     }
   }
   return true;
+}
+
+// What every connection of `uid` has not read (each holds one reply at most: serve_admin).
+std::size_t ControlServer::unread_by_uid(uid_t uid) const {
+  std::size_t total = 0;
+  for (const auto& [fd, connection] : clients_) {
+    if (connection.peer.uid == uid) total += unread_bytes(fd);
+  }
+  return total;
 }
 
 // Request lines are rate-limited: a group member sending 128k bad requests in 5 s once
@@ -439,8 +471,11 @@ bool ControlServer::serve_ucma(int fd) {
   }
   ++requests_;
   ++counters_.ucma_requests;
+  // The handler leaves in `fds` what goes with the reply (a new channel's application end);
+  // our copy closes with `received`.
   const verbs::ucma::Frame reply = ucma_(clients_[fd].peer, received.frame, received.fds);
-  if (verbs::ucma::send_frame(fd, reply) != verbs::control::IoError::None) {
+  const int passed = received.fds.size() == 1 ? received.fds.at(0) : -1;
+  if (verbs::ucma::send_frame(fd, reply, passed) != verbs::control::IoError::None) {
     drop(fd);
     return false;
   }

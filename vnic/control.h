@@ -78,6 +78,8 @@ struct ControlServerCounters {
   std::uint64_t commands_refused = 0;       // admin commands the peer may not run
   std::uint64_t replies_chunked = 0;
   std::uint64_t reply_send_errors = 0;      // connection dropped
+  std::uint64_t dropped_unread_replies = 0;  // asked again without reading its reply: dropped
+  std::uint64_t replies_refused_unread = 0;  // an error instead: the uid's unread replies at the limit
   std::uint64_t log_lines_suppressed = 0;
 };
 
@@ -90,7 +92,14 @@ struct ControlServerLimits {
   unsigned log_lines_per_second = 5;
   // How long accepting rests when even the reserve descriptor could not be had again.
   Duration accept_retry = std::chrono::milliseconds(100);
+  // Reply bytes one uid's connections together may leave unread in the daemon's socket
+  // buffers (raised to hold a chunked reply whole): past it a large reply is an error
+  // instead. One connection holds one unread reply at most (asking again drops it).
+  std::size_t unread_reply_bytes_per_uid = 64 * 1024 * 1024;
 };
+
+// Replies this small are always sent (errors, `down`): the bound is for large ones.
+inline constexpr std::size_t kSmallReplyBytes = 4096;
 
 class ControlServer {
  public:
@@ -114,7 +123,8 @@ class ControlServer {
   void add_stream_command(std::string cmd, StreamHandler take);
 
   // ucma frames (first bytes 0x89 'R' 'C' 'M', verbs/contract/ucma_protocol.h) from the
-  // rdma_cm shim: each gets the handler's reply. Without a handler they end the connection.
+  // rdma_cm shim: each gets the handler's reply, with the one descriptor the handler leaves in
+  // `fds` (a new channel's end), if any. Without a handler they end the connection.
   using UcmaHandler = std::function<verbs::ucma::Frame(const PeerCredentials& peer, const verbs::ucma::Frame& request,
                                                        verbs::control::ReceivedFds& fds)>;
   void set_ucma_handler(UcmaHandler handler) { ucma_ = std::move(handler); }
@@ -142,6 +152,7 @@ class ControlServer {
   bool serve_ucma(int fd);
   bool hand_over_stream(int fd, const nlohmann::json& request, std::string_view cmd);
   bool send_reply(int fd, const nlohmann::json& reply);
+  std::size_t unread_by_uid(uid_t uid) const;
   void log_request(const PeerCredentials& peer, std::string_view message);
   void log_limited(const std::string& line);
   void forget(int fd);

@@ -210,6 +210,20 @@ std::uint64_t physical_memory() {
   return pages > 0 && page_size > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) : 0;
 }
 
+// The rdma_cm limits `up` set, over the defaults of verbs::UcmaConfig.
+void apply_cm_limits(const CmLimitOverrides& limits, verbs::UcmaConfig& config) {
+  const auto set = [&](CmLimit limit, std::size_t& field) {
+    if (const auto& value = limits[static_cast<std::size_t>(limit)]) field = static_cast<std::size_t>(*value);
+  };
+  set(CmLimit::ChannelsPerUid, config.max_channels_per_uid);
+  set(CmLimit::IdsPerChannel, config.max_ids_per_channel);
+  set(CmLimit::IdsPerProcess, config.max_ids_per_process);
+  set(CmLimit::IdsPerUid, config.max_ids_per_uid);
+  set(CmLimit::EventsPerChannel, config.max_events_per_channel);
+  set(CmLimit::EventsPerUid, config.max_events_per_uid);
+  set(CmLimit::PortsPerUid, config.max_ports_per_uid);
+}
+
 }  // namespace
 
 void log_line(const std::string& line) {
@@ -233,6 +247,7 @@ class Daemon::Impl {
   void keep_log() { keep_log_ = true; }
 
  private:
+  void adopt(const ExternalChanges& kept);
   void attach_bridge_and_uplink();
   void attach_bridge(const std::string& bridge_name);
   void attach_uplink(const std::string& uplink_name);
@@ -305,7 +320,7 @@ class Daemon::Impl {
 Daemon::Impl::Impl(const VnicConfig& config, PidFileLock lock, std::vector<std::string>& notes)
     : config_(config), paths_(RuntimePaths::of(config.name)), lock_(std::move(lock)) {
   try {
-    clean_stale(config_.name, notes);
+    adopt(clean_stale(config_.name, notes, /*for_up=*/true));
     if (!config_.netdev && links_.find(config_.name)) {
       throw std::runtime_error("an interface named " + config_.name + " already exists");
     }
@@ -328,6 +343,19 @@ Daemon::Impl::Impl(const VnicConfig& config, PidFileLock lock, std::vector<std::
 }
 
 void Daemon::Impl::record_changes() { write_state_file(paths_.state_file, changes_.to_json(::getpid())); }
+
+// The bridge (and uplink) a dead daemon of this name created and clean_stale kept for its
+// other ports become this daemon's, if it uses them too: its `down` undoes them as the dead
+// one's would have. One it does not use stays, nobody's (a note says so).
+void Daemon::Impl::adopt(const ExternalChanges& kept) {
+  if (kept.created_bridge && kept.created_bridge == config_.bridge) {
+    changes_.created_bridge = kept.created_bridge;
+    if (kept.enslaved_uplink && kept.enslaved_uplink == config_.uplink) changes_.enslaved_uplink = kept.enslaved_uplink;
+    record_changes();
+  } else if (kept.created_bridge) {
+    log_line("bridge " + *kept.created_bridge + " is left in place; no vnic will remove it");
+  }
+}
 
 void Daemon::Impl::attach_bridge_and_uplink() {
   if (!config_.bridge) return;
@@ -481,6 +509,7 @@ void Daemon::Impl::start_nic(std::vector<std::string>& notes) {
   nic_config.netdev_mtu = config_.mtu;
   nic_config.frame_memory = loop_->receive_memory();
   nic_config.quotas = choose_quotas(notes);
+  nic_config.user_quotas = config_.user_quotas.applied_to(verbs::default_user_quotas(nic_config.quotas));
   nic_config.descriptor_budget = descriptors_.usable();
   nic_config.dma_wait_bound = std::chrono::milliseconds(config_.dma_wait_ms);
   nic_.emplace(nic_config, *endpoint_, watcher_);
@@ -512,6 +541,7 @@ void Daemon::Impl::start_rdma_cm() {
   config.cm.local_address = config_.address.address;
   config.cm.tid_high = random();
   config.cm.first_comm_id = random();
+  apply_cm_limits(config_.cm_limits, config);
   cm_mads_.attach(*gsi_);
   verbs::AddressResolver* resolver = &kernel_resolver_;
   if (interface_) {
@@ -676,7 +706,7 @@ void Daemon::Impl::start_control() {
   });
   control_->set_ucma_handler([this](const PeerCredentials& peer, const verbs::ucma::Frame& request,
                                     verbs::control::ReceivedFds& fds) {
-    return ucma_->handle(peer.uid, request, fds, Clock::now());
+    return ucma_->handle(peer.uid, peer.pid, request, fds, Clock::now());
   });
   control_->add_stream_command("capture", [this](const nlohmann::json& request, int fd) { capture_->start(fd, request); });
   control_->add_stream_command("trace", [this](const nlohmann::json& request, int fd) { telemetry_->start_trace(fd, request); });
@@ -716,13 +746,15 @@ nlohmann::json Daemon::Impl::status(Instant now) {
   descriptors.open = open_descriptors();
   nlohmann::json status = status_json(StatusReport{config_, ::getpid(), now - started_,
                                                    interface_ ? interface_->arp_entries(now) : std::vector<stack::ArpEntry>{},
-                                                   nic_->listing(), descriptors, nic_->quotas(), nic_->quota_use()});
+                                                   nic_->listing(), descriptors, nic_->quotas(), nic_->quota_use(),
+                                                   nic_->user_quotas()});
   if (netdev_port_) {
     status["gids"] = nlohmann::json::array();
     for (const auto& address : netdev_port_->addresses()) status["gids"].push_back(address.to_string());
     status["port_active"] = port_active_;
   }
   status["rdma_cm"] = ucma_->listing();
+  status["rdma_cm"]["limits"] = verbs::limits_json(ucma_->config());
   return status;
 }
 

@@ -33,8 +33,16 @@ struct ExternalChanges {
 // are named in a note so that nobody wonders where their bridge went.
 void undo(LinkControl& links, const ExternalChanges& changes, std::vector<std::string>& notes);
 
+// The same for a dead daemon's changes, seen by `up` of its name: a bridge it created that
+// has ports other than its own TAP (vnics and veths that joined since) is kept, with the
+// uplink it enslaved, so that restarting a crashed vnic never cuts off its neighbours. What
+// was kept is returned, for the new daemon to adopt.
+ExternalChanges undo_stale(LinkControl& links, const ExternalChanges& changes, const std::string& own_tap,
+                           std::vector<std::string>& notes);
+
 // Called with NAME's pid file locked: whatever else exists under the name (socket, state
-// file) is a dead daemon's, and goes; the changes its state file records are undone.
-void clean_stale(const std::string& name, std::vector<std::string>& notes);
+// file) is a dead daemon's, and goes; the changes its state file records are undone (by
+// `down`), or by `up` (`for_up`) as undo_stale does: returned is what was kept.
+ExternalChanges clean_stale(const std::string& name, std::vector<std::string>& notes, bool for_up = false);
 
 }  // namespace rrdma::vnic

@@ -118,7 +118,8 @@ nlohmann::json status_json(const StatusReport& report) {
             {"reserved", report.descriptors.reserved},
             {"open", report.descriptors.open}}},
           {"quotas", quotas_json(report.quotas)},
-          {"quota_use", quota_use_json(report.quota_use)}};
+          {"quota_use", quota_use_json(report.quota_use)},
+          {"quotas_per_user", quotas_json(report.user_quotas)}};
 }
 
 NamedCounters named(const rocev2::EngineCounters& c) {
@@ -237,6 +238,16 @@ void format_rdma_cm(std::ostringstream& out, const nlohmann::json& cm) {
     if (id.contains("cm_state")) out << "  CM " << id.value("cm_state", "?") << "  QP " << id.value("qpn", 0);
     out << "\n";
   }
+  const auto limits = cm.value("limits", nlohmann::json::object());
+  if (!limits.empty()) {
+    out << "rdma_cm limits:";
+    const char* separator = " ";
+    for (const auto& [key, limit] : limits.items()) {
+      out << separator << key << " " << limit.dump();
+      separator = ", ";
+    }
+    out << "\n";
+  }
 }
 
 }  // namespace
@@ -283,6 +294,14 @@ std::string format_status(const nlohmann::json& status) {
   out << "quotas per process:";
   const char* separator = " ";
   for (const auto& [key, limit] : quotas.items()) {
+    out << separator << limit.dump() << " " << key;
+    separator = ", ";
+  }
+  out << "\n";
+  out << "quotas per user:";
+  separator = " ";
+  const auto user_quotas = status.value("quotas_per_user", nlohmann::json::object());
+  for (const auto& [key, limit] : user_quotas.items()) {
     out << separator << limit.dump() << " " << key;
     separator = ", ";
   }

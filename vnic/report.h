@@ -52,6 +52,7 @@ struct StatusReport {
   DescriptorReport descriptors = {};
   verbs::Quotas quotas = {};
   std::vector<verbs::QuotaUse> quota_use = {};  // per process
+  verbs::Quotas user_quotas = {};               // one uid's processes together
 };
 
 using NamedCounters = std::vector<std::pair<std::string_view, std::uint64_t>>;

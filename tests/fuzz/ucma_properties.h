@@ -148,14 +148,13 @@ inline const char* check_reply(const verbs::ucma::Frame& request, const verbs::u
 
 inline const char* open_channel(Host& h, uid_t uid, Instant now) {
   if (h.channels.size() >= 8) return nullptr;
-  int pair[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return nullptr;
   verbs::control::ReceivedFds fds;
-  fds.add(pair[1]);
   const verbs::ucma::Frame request{.kind = verbs::ucma::Kind::CreateChannel, .request_id = 7, .body = {}};
   const verbs::ucma::Frame reply = h.service->handle(uid, request, fds, now);
   if (const char* bad = check_reply(request, reply)) return bad;
-  h.channels.emplace_back(reply.channel, pair[0]);
+  if (fds.size() != (reply.status == 0 ? 1u : 0u)) return "a channel's reply without exactly one descriptor";
+  if (reply.status != 0) return nullptr;
+  h.channels.emplace_back(reply.channel, fds.release(0));
   return nullptr;
 }
 

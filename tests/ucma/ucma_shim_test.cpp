@@ -221,11 +221,13 @@ class FakeDaemon {
     if (received.error != control::IoError::None) return false;
     const bool creates = received.frame.kind == ucma::Kind::CreateChannel;
     Seen seen{connection, received.frame, 0, 0};
-    ucma::Frame reply = creates ? create_channel(received.fds.release(0)) : answer(received.frame, seen);
+    int application_end = -1;
+    ucma::Frame reply = creates ? create_channel(application_end) : answer(received.frame, seen);
     reply.kind = received.frame.kind;
     reply.reply = true;
     reply.request_id = received.frame.request_id;
-    const bool sent = ucma::send_frame(fd, reply) == control::IoError::None;
+    const bool sent = ucma::send_frame(fd, reply, application_end) == control::IoError::None;
+    if (application_end >= 0) ::close(application_end);
     record(creates, std::move(seen));
     return sent;
   }
@@ -242,7 +244,12 @@ class FakeDaemon {
     changed_.notify_all();
   }
 
-  ucma::Frame create_channel(int daemon_end) {
+  // As the daemon does: the pair is made here, the application's end goes with the reply.
+  ucma::Frame create_channel(int& application_end) {
+    int ends[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) == 0);
+    const int daemon_end = ends[0];
+    application_end = ends[1];
     std::lock_guard lock(mutex_);
     ucma::Frame reply;
     reply.channel = kFirstToken + next_channel_++;

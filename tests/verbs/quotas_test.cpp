@@ -364,3 +364,50 @@ TEST_CASE("quotas: the daemon-wide descriptor budget refuses past it whatever th
 
 }  // namespace
 }  // namespace rrdma::verbs
+
+namespace rrdma::verbs {
+
+// Issue 27 item 7: the quotas bounded one process only; a user's processes together took the
+// whole device. All processes of one uid now stop at the per-user total, another uid does not.
+TEST_CASE("quotas: one user's processes together stop at the per-user total, another user still creates",
+          "[verbs][quotas]") {
+  constexpr pid_t kPidC = 300;
+  ResourceRegistry registry;
+  registry.set_quotas(quotas_with(ResourceKind::Pd, 2));
+  Quotas per_user = quotas_with(ResourceKind::Pd, 3);
+  per_user.ring_bytes = 6000;
+  registry.set_user_quotas(per_user);
+  REQUIRE(registry.add_client({1, kPidA, 1000}) == 0);
+  REQUIRE(registry.add_client({2, kPidB, 1000}) == 0);
+  REQUIRE(registry.add_client({3, kPidC, 2000}) == 0);
+  const Handle ctx1 = registry.open_context(1).handle;
+  const Handle ctx2 = registry.open_context(2).handle;
+  const Handle ctx3 = registry.open_context(3).handle;
+  CHECK(registry.alloc_pd(1, ctx1).ok());
+  CHECK(registry.alloc_pd(1, ctx1).ok());
+  CHECK(registry.alloc_pd(2, ctx2).ok());
+  CHECK(registry.alloc_pd(2, ctx2).error == ENOMEM);  // process B holds 1 of 2, uid 1000 3 of 3
+  CHECK(registry.alloc_pd(3, ctx3).ok());
+  CHECK(registry.alloc_pd(3, ctx3).ok());
+  CHECK(registry.quota_refusals().of(ResourceKind::Pd) == 1);
+  // Ring bytes: 4000 in process A and 4000 in process B pass each process's (unlimited)
+  // quota, but not the user's 6000 together.
+  CHECK(registry.create_cq(1, ctx1, 4000).ok());
+  CHECK(registry.create_cq(2, ctx2, 4000).error == ENOMEM);
+  CHECK(registry.create_cq(3, ctx3, 4000).ok());
+  // A process going gives its share back to its user.
+  registry.drop_client(1);
+  CHECK(registry.alloc_pd(2, ctx2).ok());
+  CHECK(registry.create_cq(2, ctx2, 4000).ok());
+}
+
+TEST_CASE("quotas: the per-user default is twice the per-process quota, unlimited stays unlimited", "[verbs][quotas]") {
+  Quotas per_process = quotas_with(ResourceKind::Qp, 500);
+  per_process.ring_bytes = 1u << 20;
+  const Quotas per_user = default_user_quotas(per_process);
+  CHECK(per_user.of(ResourceKind::Qp) == 1000);
+  CHECK(per_user.ring_bytes == 2u << 20);
+  CHECK(per_user.of(ResourceKind::Mr) == Quotas::kUnlimited);
+}
+
+}  // namespace rrdma::verbs

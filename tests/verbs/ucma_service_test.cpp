@@ -86,22 +86,20 @@ struct Host {
     return fd;
   }
 
-  // -errno when the service refuses the channel (its end of the pair is closed then).
+  // -errno when the service refuses the channel.
   int try_open_channel(uid_t uid) {
-    int pair[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
     control::ReceivedFds fds;
-    fds.add(pair[1]);
     const ucma::Frame reply = service.handle(uid, ucma::Frame{.kind = ucma::Kind::CreateChannel, .body = {}}, fds, now);
     if (reply.status != 0) {
-      ::close(pair[0]);
+      REQUIRE(fds.size() == 0);
       return -static_cast<int>(reply.status);
     }
     REQUIRE(reply.channel != 0);
+    REQUIRE(fds.size() == 1);
     token = reply.channel;
     if (app_fd >= 0) extra_fds.push_back(app_fd);
-    app_fd = pair[0];
-    return pair[0];
+    app_fd = fds.release(0);
+    return app_fd;
   }
 
   template <typename T>
@@ -454,6 +452,7 @@ TEST_CASE("ucma: closing a channel destroys its ids: a connected peer sees DISCO
   ::close(std::exchange(p.client.app_fd, -1));
   REQUIRE(p.client.watcher.run_ready());
   CHECK(p.client.service.counters().channels_closed == 1);
+  p.client.service.advance(p.client.now);  // the ids go on the loop's next turn
   p.deliver();
   CHECK(p.server.next_event().event == ucma::kDisconnected);
 }
@@ -735,6 +734,121 @@ TEST_CASE("ucma: a REQ that arrives before the server listens again becomes its 
   p.deliver();
   CHECK(p.client.next_event().event == ucma::kConnectResponse);
   CHECK(p.server.service.cm().counters().req_held_served == 1);
+
+// Issue 27 item 11: an id whose address resolution fails at once can be resolved again and
+// again; each try queued an ADDR_ERROR nobody read (a million of them, 300 MB). The channel's
+// queue is bounded (default 1024): the command that would queue one more is refused.
+TEST_CASE("ucma: unread events on a channel are bounded, the resolve that would queue one more gets ENOMEM",
+          "[ucma][limits]") {
+  Wire wire;
+  Host h(wire, kClientIp, 2);
+  h.resolver.answer = AddressResolver::Reach::unroutable;
+  h.open_channel();
+  const std::uint32_t id = h.create_id(0x2000);
+  rdma_ucm_resolve_ip r{};
+  r.dst_addr = ipv4_address(kServerIp, 7174);
+  r.id = id;
+  r.timeout_ms = 2000;
+  int accepted = 0, refused = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const std::uint32_t status = h.command(RDMA_USER_CM_CMD_RESOLVE_IP, r).status;
+    accepted += status == 0;
+    refused += status == ENOMEM;
+  }
+  CHECK(accepted == 1024);
+  CHECK(refused == 3000 - 1024);
+  CHECK(h.service.counters().events_queued == 1024);
+  // Reading one makes room for one more.
+  CHECK(h.next_event().event == ucma::kAddrError);
+  CHECK(h.command(RDMA_USER_CM_CMD_RESOLVE_IP, r).status == 0);
+  CHECK(h.command(RDMA_USER_CM_CMD_RESOLVE_IP, r).status == ENOMEM);
+}
+
+// Issue 27 item 12: one user bound 28,232 ephemeral ports and every other user's
+// rdma_resolve_addr failed with EADDRNOTAVAIL. A user's bound ids hold at most 4096 ports.
+TEST_CASE("ucma: one user's ids hold at most max_ports_per_uid ports, another user still gets one",
+          "[ucma][limits]") {
+  Wire wire;
+  Host h(wire, kClientIp, 2);
+  h.open_channel(1000);
+  const std::uint64_t hog = h.token;
+  int bound = 0;
+  std::uint32_t last_status = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const std::uint32_t id = h.create_id(0x3000);
+    rdma_ucm_bind_ip bind{};
+    bind.addr = ipv4_address(kClientIp, 0);  // an ephemeral port
+    bind.id = id;
+    last_status = h.command(RDMA_USER_CM_CMD_BIND_IP, bind, 1000, hog).status;
+    if (last_status != 0) break;
+    ++bound;
+  }
+  CHECK(bound == 4096);
+  CHECK(last_status == EADDRNOTAVAIL);
+  h.open_channel(2000);
+  rdma_ucm_create_id c{};
+  c.uid = 0x4000;
+  c.ps = RDMA_PS_TCP;
+  const std::uint32_t other = h.response<rdma_ucm_create_id_resp>(h.command(RDMA_USER_CM_CMD_CREATE_ID, c, 2000)).id;
+  rdma_ucm_bind_ip bind{};
+  bind.addr = ipv4_address(kClientIp, 0);
+  bind.id = other;
+  CHECK(h.command(RDMA_USER_CM_CMD_BIND_IP, bind, 2000).status == 0);
+}
+
+// Issue 27 item 11: closing 64 channels full of ids stalled the daemon for seconds (each
+// close looked at every id of every channel, each destroy at every queued event). A close
+// now destroys nothing at once: its ids go in batches, one per turn of the loop (advance).
+TEST_CASE("ucma: a closed channel's ids are torn down in batches, later, not in the close", "[ucma][limits]") {
+  Wire wire;
+  Host h(wire, kClientIp, 2);
+  h.open_channel(1000);
+  for (int i = 0; i < 1000; ++i) h.create_id(0x5000 + static_cast<std::uint64_t>(i));
+  ::close(std::exchange(h.app_fd, -1));
+  h.watcher.run_ready();
+  CHECK(h.service.counters().channels_closed == 1);
+  CHECK(h.service.counters().ids_destroyed == 0);
+  int turns = 0;
+  while (h.service.counters().ids_destroyed < 1000 && turns < 100) {
+    REQUIRE(h.service.next_deadline().has_value());
+    h.service.advance(h.now);
+    ++turns;
+    CHECK(h.service.counters().ids_destroyed <= static_cast<std::uint64_t>(256 * turns));
+  }
+  CHECK(h.service.counters().ids_destroyed == 1000);
+  CHECK(turns == 4);
+  CHECK(h.service.listing()["ids"].empty());
+}
+
+// Issue 27 item 11: ids per process and per user, whatever the channels.
+TEST_CASE("ucma: ids are bounded per process and per user across channels", "[ucma][limits]") {
+  Wire wire;
+  UcmaConfig config = Host::config_for(kClientIp, 2);
+  config.max_ids_per_process = 3;
+  config.max_ids_per_uid = 5;
+  Host h(wire, config);
+  const auto channel_of = [&](pid_t pid) {
+    control::ReceivedFds fds;
+    const ucma::Frame reply = h.service.handle(1000, pid, ucma::Frame{.kind = ucma::Kind::CreateChannel, .body = {}}, fds, h.now);
+    REQUIRE(reply.status == 0);
+    h.extra_fds.push_back(fds.release(0));
+    return reply.channel;
+  };
+  const auto create = [&](std::uint64_t channel, uid_t uid = 1000) {
+    rdma_ucm_create_id c{};
+    c.uid = 1;
+    c.ps = RDMA_PS_TCP;
+    return h.command(RDMA_USER_CM_CMD_CREATE_ID, c, uid, channel).status;
+  };
+  const std::uint64_t a = channel_of(10), b = channel_of(10), c = channel_of(20);
+  CHECK(create(a) == 0);
+  CHECK(create(a) == 0);
+  CHECK(create(b) == 0);
+  CHECK(create(b) == ENOMEM);  // process 10 holds 3
+  CHECK(create(c) == 0);
+  CHECK(create(c) == 0);
+  CHECK(create(c) == ENOMEM);  // uid 1000 holds 5
+  CHECK(h.service.counters().ids_refused == 2);
 }
 
 }  // namespace rrdma::verbs

@@ -60,13 +60,13 @@ DecodeError parse(ByteSpan bytes, std::size_t fd_count, Frame& out) {
   if (body_length != bytes.size() - kHeaderLength) return DecodeError::LengthMismatch;
   out.kind = static_cast<Kind>(kind & ~kReplyBit);
   out.reply = (kind & kReplyBit) != 0;
-  const std::size_t fds_expected = out.kind == Kind::CreateChannel && !out.reply ? 1 : 0;
-  if (fd_count != fds_expected) return DecodeError::WrongFdCount;
   out.request_id = load_be32(bytes, kRequestIdAt);
   out.command = load_be32(bytes, kCommandAt);
   out.channel = load_be64(bytes, kChannelAt);
   out.aux_channel = load_be64(bytes, kAuxAt);
   out.status = load_be32(bytes, kStatusAt);
+  const std::size_t fds_expected = out.kind == Kind::CreateChannel && out.reply && out.status == 0 ? 1 : 0;
+  if (fd_count != fds_expected) return DecodeError::WrongFdCount;
   out.body.assign(bytes.begin() + kHeaderLength, bytes.end());
   return DecodeError::None;
 }

@@ -6,9 +6,11 @@
 //   - the command connection: one SOCK_SEQPACKET connection per process to the daemon's
 //     control socket (/run/rrdma/NAME.sock), the same socket the verbs client uses, told
 //     apart by the magic. Request, reply, one at a time (the shim holds a mutex).
-//   - one event channel per open() of /dev/infiniband/rdma_cm: a socketpair whose one end is
-//     the descriptor the application holds (and polls), the other end handed to the daemon
-//     with CreateChannel. The daemon writes only one-byte markers on it, one per queued
+//   - one event channel per open() of /dev/infiniband/rdma_cm: a socketpair the daemon makes
+//     for CreateChannel, keeping one end and sending the other with its reply; that end is the
+//     descriptor the application holds (and polls). The daemon makes it so that a channel is
+//     always what it should be: a descriptor the application chose could be anything (an
+//     O_PATH file the daemon cannot poll, an eventfd that never reports EOF). The daemon writes only one-byte markers on it, one per queued
 //     event, at most kMaxMarkers unconsumed; the shim receives one marker before each
 //     GET_EVENT it sends (blocking or not as the descriptor's O_NONBLOCK says). The channel
 //     ends when the daemon reads EOF on its end: the last application descriptor is closed,
@@ -23,8 +25,9 @@
 // Integers are big-endian; the body is the ucma structure's bytes as the application wrote
 // them (host order, the ABI's own layout).
 //
-//   CreateChannel: request carries one fd (the daemon's end of the socketpair), empty body;
-//                  the reply's channel token names the channel from then on.
+//   CreateChannel: request carries no fd, empty body; a successful reply carries one fd (the
+//                  application's end of the socketpair) and its channel token names the
+//                  channel from then on.
 //   Command:       `channel token` is the channel the command was written on; the body is
 //                  what followed the 8-byte struct ucma_abi_cmd_hdr in the write() (its
 //                  `response` pointer is meaningless to the daemon). SET_OPTION: the optlen
@@ -46,7 +49,7 @@
 namespace rrdma::verbs::ucma {
 
 inline constexpr std::uint32_t kMagic = 0x8952434D;  // 0x89 'R' 'C' 'M'
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;  // 2: the daemon makes the channel's socketpair
 inline constexpr std::size_t kHeaderLength = 40;
 // The largest ucma body is CONNECT/ACCEPT's (296 bytes) plus a SET_OPTION value; the largest
 // response is rdma_ucm_event_resp (336 bytes).
@@ -92,8 +95,8 @@ const char* decode_error_name(DecodeError error);
 // Writes `frame` into `out` (at least kHeaderLength + body size); returns the bytes used, 0
 // if the body is longer than kMaxUcmaBody.
 std::size_t emit(const Frame& frame, MutableByteSpan out);
-// Checks what a hostile peer could lie about (a CreateChannel request carries exactly one
-// fd, anything else none) and parses.
+// Checks what a hostile peer could lie about (a successful CreateChannel reply carries
+// exactly one fd, anything else none) and parses.
 DecodeError parse(ByteSpan bytes, std::size_t fd_count, Frame& out);
 
 // Sends one frame, with `fd` as SCM_RIGHTS when it is not -1. errno kept on System.

@@ -100,6 +100,7 @@ Nic::Nic(const NicConfig& config, PacketPort& port, FdWatcher& watcher)
     batched_frames_ = true;
   }
   registry_.set_quotas(config.quotas);
+  registry_.set_user_quotas(config.user_quotas);
   registry_.set_descriptor_budget(config.descriptor_budget);
 }
 

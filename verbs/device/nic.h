@@ -85,6 +85,9 @@ struct NicConfig {
   // backed by a FUSE file that never answers must not stop the vnic for everyone. 0 runs the
   // calls on the loop itself, unbounded (tools and tests only).
   std::chrono::milliseconds dma_wait_bound{1000};
+  // What all processes of one uid may hold together. Unlimited by default. (Last: tests
+  // initialize the fields before it by position.)
+  Quotas user_quotas = {};
 };
 
 // What `rrdma-vnic stats` shows under "verbs". Every refusal and every loss is counted.
@@ -153,6 +156,7 @@ class Nic final : private rocev2::EngineHost, private rocev2::EngineObserver {
 
   std::vector<ClientListing> listing();
   const Quotas& quotas() const { return registry_.quotas(); }
+  const Quotas& user_quotas() const { return registry_.user_quotas(); }
   std::vector<QuotaUse> quota_use() const { return registry_.quota_use(); }
   const QuotaRefusals& quota_refusals() const { return registry_.quota_refusals(); }
   const NicCounters& counters() const { return counters_; }

@@ -58,4 +58,14 @@ Quotas default_quotas(std::uint64_t fd_limit, std::uint64_t memory_bytes, const 
   return q;
 }
 
+Quotas default_user_quotas(const Quotas& per_process) {
+  const auto times = [](std::uint64_t quota) {
+    return quota > Quotas::kUnlimited / kUserShareOfProcesses ? Quotas::kUnlimited : quota * kUserShareOfProcesses;
+  };
+  Quotas q;
+  for (ResourceKind kind : kAllResourceKinds) q.of(kind) = times(per_process.of(kind));
+  q.ring_bytes = times(per_process.ring_bytes);
+  return q;
+}
+
 }  // namespace rrdma::verbs

@@ -89,6 +89,10 @@ struct DeviceLimits {
 
 // One process may take at most this fraction of what the daemon has.
 inline constexpr std::uint64_t kProcessShareDivisor = 4;
+// One user's processes together may take this many processes' quotas: half of what the
+// daemon has, so that no user can leave the others nothing (one process each was all
+// that bounded a user before: four of them took everything).
+inline constexpr std::uint64_t kUserShareOfProcesses = 2;
 
 // Descriptors the daemon keeps out of every process's share: its own (the TAP, io_uring,
 // signalfd, netlink, log, listening socket), and room to accept control connections so
@@ -102,5 +106,8 @@ std::uint64_t reserved_descriptors(std::uint64_t fd_limit);
 // memory (the daemon's mapping of a shared page counts in its RSS), at least 64 MiB.
 // Every object quota is at least 1.
 Quotas default_quotas(std::uint64_t fd_limit, std::uint64_t memory_bytes, const DeviceLimits& device);
+
+// The per-user totals by default: kUserShareOfProcesses times each per-process quota.
+Quotas default_user_quotas(const Quotas& per_process);
 
 }  // namespace rrdma::verbs

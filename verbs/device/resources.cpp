@@ -15,6 +15,9 @@ int ResourceRegistry::add_client(const ClientInfo& client) {
   use.pid = client.pid;
   use.uid = client.uid;
   ++use.connections;
+  QuotaUse& user = user_use_[client.uid];
+  user.uid = client.uid;
+  ++user.connections;
   return 0;
 }
 
@@ -24,18 +27,25 @@ ResourceRegistry::Exhausted ResourceRegistry::exhausted(std::uint64_t client_id,
   if (client == clients_.end()) return Exhausted::Nothing;  // insert() answers ENOENT
   const QuotaUse& use = use_.at(client->second.pid);
   if (use.of(kind) >= quotas_.of(kind)) return Exhausted::Objects;
+  if (user_use_.at(client->second.uid).of(kind) >= user_quotas_.of(kind)) return Exhausted::Objects;
   if (const std::uint64_t more = descriptors_per(kind); more > 0 && descriptor_budget_ != Quotas::kUnlimited) {
     std::uint64_t held = 0;
     for (const auto& [pid, other] : use_) held += other.descriptors();
     if (held > descriptor_budget_ || more > descriptor_budget_ - held) return Exhausted::Objects;
   }
-  return over_ring_quota(use, ring_bytes) ? Exhausted::RingBytes : Exhausted::Nothing;
+  return over_ring_quotas(client_id, ring_bytes) ? Exhausted::RingBytes : Exhausted::Nothing;
 }
 
 // Written so that nothing wraps, even when the quota was lowered below what is held.
-bool ResourceRegistry::over_ring_quota(const QuotaUse& use, std::uint64_t more_bytes) const {
-  return more_bytes > 0 &&
-         (use.ring_bytes > quotas_.ring_bytes || more_bytes > quotas_.ring_bytes - use.ring_bytes);
+bool ResourceRegistry::over_ring_quota(const QuotaUse& use, const Quotas& quotas, std::uint64_t more_bytes) {
+  return more_bytes > 0 && (use.ring_bytes > quotas.ring_bytes || more_bytes > quotas.ring_bytes - use.ring_bytes);
+}
+
+// The process's quota, then its user's total.
+bool ResourceRegistry::over_ring_quotas(std::uint64_t client_id, std::uint64_t more_bytes) const {
+  const ClientInfo& client = clients_.at(client_id);
+  return over_ring_quota(use_.at(client.pid), quotas_, more_bytes) ||
+         over_ring_quota(user_use_.at(client.uid), user_quotas_, more_bytes);
 }
 
 int ResourceRegistry::admit(std::uint64_t client_id, ResourceKind kind, std::uint64_t ring_bytes) {
@@ -48,13 +58,15 @@ int ResourceRegistry::admit(std::uint64_t client_id, ResourceKind kind, std::uin
 }
 
 void ResourceRegistry::count(std::uint64_t client_id, ResourceKind kind, std::uint64_t ring_bytes, bool add) {
-  QuotaUse& use = use_.at(clients_.at(client_id).pid);
-  if (add) {
-    ++use.of(kind);
-    use.ring_bytes += ring_bytes;
-  } else {
-    --use.of(kind);
-    use.ring_bytes -= ring_bytes;
+  const ClientInfo& client = clients_.at(client_id);
+  for (QuotaUse* use : {&use_.at(client.pid), &user_use_.at(client.uid)}) {
+    if (add) {
+      ++use->of(kind);
+      use->ring_bytes += ring_bytes;
+    } else {
+      --use->of(kind);
+      use->ring_bytes -= ring_bytes;
+    }
   }
 }
 
@@ -157,8 +169,7 @@ int ResourceRegistry::resize_cq(std::uint64_t client_id, Handle cq, std::uint64_
   if (object == nullptr) return EINVAL;
   if (ring_bytes > object->ring_bytes) {
     // Only the growth is new; the object count does not change.
-    const QuotaUse& use = use_.at(clients_.at(client_id).pid);
-    if (over_ring_quota(use, ring_bytes - object->ring_bytes)) {
+    if (over_ring_quotas(client_id, ring_bytes - object->ring_bytes)) {
       ++refusals_.ring_bytes;
       return ENOMEM;
     }
@@ -302,6 +313,8 @@ std::vector<TeardownAction> ResourceRegistry::drop_client(std::uint64_t client_i
   // The process's other connections keep what they hold; with the last one it is forgotten.
   auto use = use_.find(client->second.pid);
   if (--use->second.connections == 0) use_.erase(use);
+  auto user = user_use_.find(client->second.uid);
+  if (--user->second.connections == 0) user_use_.erase(user);
   clients_.erase(client);
   return actions;
 }

@@ -94,6 +94,9 @@ class ResourceRegistry {
 
   // Applies to creations from now on; what is held already stays.
   void set_quotas(const Quotas& quotas) { quotas_ = quotas; }
+  // What all processes of one uid may hold together (the same refusal, ENOMEM, counted alike).
+  void set_user_quotas(const Quotas& quotas) { user_quotas_ = quotas; }
+  const Quotas& user_quotas() const { return user_quotas_; }
   // The descriptors all processes' objects together may hold (descriptors_per): past it a
   // creation is ENOMEM whatever the process's own quota says, counted as a refusal of its kind.
   void set_descriptor_budget(std::uint64_t descriptors) { descriptor_budget_ = descriptors; }
@@ -181,7 +184,8 @@ class ResourceRegistry {
   const Object* owned(std::uint64_t client_id, Handle handle, ResourceKind kind) const;
   enum class Exhausted : std::uint8_t { Nothing, Objects, RingBytes };
   Exhausted exhausted(std::uint64_t client_id, ResourceKind kind, std::uint64_t ring_bytes) const;
-  bool over_ring_quota(const QuotaUse& use, std::uint64_t more_bytes) const;
+  static bool over_ring_quota(const QuotaUse& use, const Quotas& quotas, std::uint64_t more_bytes);
+  bool over_ring_quotas(std::uint64_t client_id, std::uint64_t more_bytes) const;
   Created insert(std::uint64_t client_id, Object object);
   void erase(Handle handle);
   void count(std::uint64_t client_id, ResourceKind kind, std::uint64_t ring_bytes, bool add);
@@ -196,7 +200,9 @@ class ResourceRegistry {
   std::unordered_map<std::uint32_t, MrRecord> mrs_;  // by L_Key
   Quotas quotas_;
   std::uint64_t descriptor_budget_ = Quotas::kUnlimited;
-  std::unordered_map<pid_t, QuotaUse> use_;  // per process with at least one client
+  Quotas user_quotas_;
+  std::unordered_map<pid_t, QuotaUse> use_;       // per process with at least one client
+  std::unordered_map<uid_t, QuotaUse> user_use_;  // per uid with at least one client (pid 0)
   QuotaRefusals refusals_;
 };
 

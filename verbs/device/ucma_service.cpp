@@ -34,6 +34,16 @@ constexpr std::uint16_t kFirstUnprivilegedPort = 1024;  // PROT_SOCK
 // How often an address resolution looks at the ARP cache again.
 constexpr Duration kResolvePoll = std::chrono::milliseconds(5);
 constexpr int kIbEventCommEst = 8;  // IB_EVENT_COMM_EST
+// Ids of closed channels destroyed per turn of the daemon's loop: each may send a DREQ or REJ;
+// a process that leaves a million ids must not hold everyone else's commands and packets.
+constexpr std::size_t kTeardownBatch = 256;
+
+template <typename Key>
+void decrement(std::map<Key, std::size_t>& tally, const Key& key) {
+  const auto it = tally.find(key);
+  if (it == tally.end()) return;
+  if (--it->second == 0) tally.erase(it);
+}
 
 
 template <typename T>
@@ -169,7 +179,19 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const UcmaCounters& c) 
           {"address_resolutions", c.address_resolutions},
           {"address_errors", c.address_errors},
           {"foreign_channel_refused", c.foreign_channel_refused},
-          {"channels_refused", c.channels_refused}};
+          {"channels_refused", c.channels_refused},
+          {"ids_refused", c.ids_refused},
+          {"events_dropped", c.events_dropped},
+          {"events_refused", c.events_refused},
+          {"ports_refused", c.ports_refused},
+          {"ids_torn_down_later", c.ids_torn_down_later}};
+}
+
+nlohmann::json limits_json(const UcmaConfig& c) {
+  return {{"max_channels_per_uid", c.max_channels_per_uid}, {"max_ids_per_channel", c.max_ids_per_channel},
+          {"max_ids_per_process", c.max_ids_per_process},   {"max_ids_per_uid", c.max_ids_per_uid},
+          {"max_events_per_channel", c.max_events_per_channel}, {"max_events_per_uid", c.max_events_per_uid},
+          {"max_ports_per_uid", c.max_ports_per_uid}};
 }
 
 const char* UcmaService::state_name(IdState s) {
@@ -204,9 +226,10 @@ UcmaService::~UcmaService() {
 // ---------------------------------------------------------------------------------------
 // Frames and channels
 
-ucma::Frame UcmaService::handle(uid_t uid, const ucma::Frame& request, control::ReceivedFds& fds, Instant now) {
+ucma::Frame UcmaService::handle(uid_t uid, pid_t pid, const ucma::Frame& request, control::ReceivedFds& fds,
+                                Instant now) {
   now_ = now;
-  if (request.kind == ucma::Kind::CreateChannel) return create_channel(uid, request, fds);
+  if (request.kind == ucma::Kind::CreateChannel) return create_channel(uid, pid, request, fds);
   ucma::Frame reply{.kind = request.kind, .reply = true, .request_id = request.request_id, .command = request.command,
                     .channel = request.channel, .body = {}};
   ++counters_.commands;
@@ -226,25 +249,34 @@ ucma::Frame UcmaService::handle(uid_t uid, const ucma::Frame& request, control::
   return reply;
 }
 
-ucma::Frame UcmaService::create_channel(uid_t uid, const ucma::Frame& request, control::ReceivedFds& fds) {
+ucma::Frame UcmaService::create_channel(uid_t uid, pid_t pid, const ucma::Frame& request, control::ReceivedFds& fds) {
   ucma::Frame reply{.kind = ucma::Kind::CreateChannel, .reply = true, .request_id = request.request_id, .body = {}};
-  const auto held = std::count_if(channels_.begin(), channels_.end(), [uid](const auto& c) { return c.second.uid == uid; });
-  if (static_cast<std::size_t>(held) >= config_.max_channels_per_uid) {
+  fds.close_all();  // a request carries none (the frame parser refuses any)
+  if (users_[uid].channels >= config_.max_channels_per_uid) {
     ++counters_.channels_refused;
     reply.status = EMFILE;
-    return reply;  // `fds` closes the descriptor
+    return reply;
   }
-  const int fd = fds.release(0);
+  // The daemon makes the pair: its end is then a socket it can poll, and the application's
+  // end exists only in processes, so EOF comes when the last of them closes it or exits.
+  int ends[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) {
+    reply.status = static_cast<std::uint32_t>(errno);
+    return reply;
+  }
+  const int fd = ends[0];
+  fds.add(ends[1]);  // sent with the reply, then closed by the caller
   // Unguessable (getrandom), though the uid check is what guards another user's channel.
   std::uint64_t token = 0;
   while (token == 0 || channels_.contains(token)) {
     if (::getrandom(&token, sizeof(token), 0) != static_cast<ssize_t>(sizeof(token))) token = random_();
   }
-  channels_.emplace(token, Channel{.token = token, .fd = fd, .uid = uid, .events = {}, .markers = 0, .ids = 0});
+  channels_.emplace(token, Channel{.token = token, .fd = fd, .uid = uid, .pid = pid, .events = {}, .markers = 0, .ids = {}});
+  ++users_[uid].channels;
   ++counters_.channels_opened;
   // The shim never writes on its end (a write on an untracked duplicate of the descriptor
   // would): what arrives is discarded, and EOF means every application copy is closed.
-  watcher_.watch(fd, [this, token](Instant now) {
+  watcher_.watch(fd, [this, token](Instant) {
     const auto it = channels_.find(token);
     if (it == channels_.end()) return;
     std::array<char, 512> discard{};
@@ -254,7 +286,7 @@ ucma::Frame UcmaService::create_channel(uid_t uid, const ucma::Frame& request, c
       const ssize_t n = ::recv(it->second.fd, discard.data(), discard.size(), MSG_DONTWAIT);
       if (n > 0 || (n < 0 && errno == EINTR)) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      close_channel(token, now);
+      close_channel(token);
       return;
     }
   });
@@ -262,32 +294,60 @@ ucma::Frame UcmaService::create_channel(uid_t uid, const ucma::Frame& request, c
   return reply;
 }
 
-// ucma_close: every id of the channel is destroyed, as if DESTROY_ID had been written.
-void UcmaService::close_channel(std::uint64_t token, Instant now) {
+// ucma_close: every id of the channel is destroyed, as if DESTROY_ID had been written; here
+// later, kTeardownBatch ids a turn (advance), so that the close costs what it holds and other
+// clients wait for none of it. Meanwhile the ids are nobody's: no command can name them (the
+// channel is gone), an event for them is dropped and a request to a listener among them is
+// not answered (its peer retries); they still count against their owner's limits.
+void UcmaService::close_channel(std::uint64_t token) {
   const auto it = channels_.find(token);
   if (it == channels_.end()) return;
-  std::vector<std::uint32_t> doomed;
-  for (const auto& [number, id] : ids_) {
-    if (id.channel == token) doomed.push_back(number);
-  }
-  for (std::uint32_t number : doomed) {
-    if (const auto id = ids_.find(number); id != ids_.end()) destroy(id->second, now);
-  }
-  watcher_.unwatch(it->second.fd);
-  ::close(it->second.fd);
+  Channel& c = it->second;
+  erase_events(c, c.events.size());
+  doomed_.insert(doomed_.end(), c.ids.begin(), c.ids.end());
+  counters_.ids_torn_down_later += c.ids.size();
+  watcher_.unwatch(c.fd);
+  ::close(c.fd);
+  if (const auto user = users_.find(c.uid); user != users_.end() && user->second.channels > 0) --user->second.channels;
   channels_.erase(it);
   ++counters_.channels_closed;
 }
 
-void UcmaService::queue_event(std::uint32_t counted_id, QueuedEvent event) {
+void UcmaService::tear_down_some(Instant now) {
+  for (std::size_t n = 0; n < kTeardownBatch && !doomed_.empty(); ++n) {
+    const std::uint32_t number = doomed_.front();
+    doomed_.pop_front();
+    if (const auto id = ids_.find(number); id != ids_.end()) destroy(id->second, now);
+  }
+}
+
+bool UcmaService::room_for_event(const Channel& c) const {
+  if (c.events.size() >= config_.max_events_per_channel) return false;
+  const auto user = users_.find(c.uid);
+  return user == users_.end() || user->second.events < config_.max_events_per_uid;
+}
+
+// False when the event was dropped (no such channel, or no room in it).
+bool UcmaService::queue_event(std::uint32_t counted_id, QueuedEvent event) {
   const auto owner = ids_.find(counted_id);
-  if (owner == ids_.end()) return;
+  if (owner == ids_.end()) return false;
   const auto channel = channels_.find(owner->second.channel);
-  if (channel == channels_.end()) return;
+  if (channel == channels_.end()) return false;
+  if (!room_for_event(channel->second)) {
+    ++counters_.events_dropped;
+    return false;
+  }
   event.counted_id = counted_id;
   channel->second.events.push_back(event);
+  ++users_[channel->second.uid].events;
   ++counters_.events_queued;
   top_up_markers(channel->second);
+  return true;
+}
+
+void UcmaService::erase_events(Channel& c, std::size_t count) {
+  const auto user = users_.find(c.uid);
+  if (user != users_.end()) user->second.events -= std::min(user->second.events, count);
 }
 
 // One marker per queued event, at most kMaxMarkers outstanding: the descriptor is readable
@@ -334,16 +394,31 @@ UcmaService::CmId* UcmaService::id_on(Channel& ch, std::uint32_t number) {
   return it != ids_.end() && it->second.channel == ch.token ? &it->second : nullptr;
 }
 
-UcmaService::CmId& UcmaService::new_id(std::uint64_t channel, cm::PortSpace ps, bool ud) {
+// An id more on `ch`: within the channel's, its creator's and its user's limits?
+bool UcmaService::room_for_id(const Channel& ch) {
+  const auto process = ids_of_process_.find(ch.pid);
+  const auto user = users_.find(ch.uid);
+  const bool room = ch.ids.size() < config_.max_ids_per_channel &&
+                    (process == ids_of_process_.end() || process->second < config_.max_ids_per_process) &&
+                    (user == users_.end() || user->second.ids < config_.max_ids_per_uid);
+  if (!room) ++counters_.ids_refused;
+  return room;
+}
+
+UcmaService::CmId& UcmaService::new_id(Channel& ch, cm::PortSpace ps, bool ud) {
   while (next_id_ == 0 || ids_.contains(next_id_)) ++next_id_;
   CmId& id = ids_[next_id_];
   id.id = next_id_++;
-  id.channel = channel;
+  id.channel = ch.token;
   id.ps = ps;
   id.ud = ud;
   id.seq_num = static_cast<std::uint32_t>(random_()) & 0xFFFFFF;
   if (ud) id.qkey = kUdpQkey;
-  if (const auto ch = channels_.find(channel); ch != channels_.end()) ++ch->second.ids;
+  id.owner_uid = ch.uid;
+  id.owner_pid = ch.pid;
+  ch.ids.insert(id.id);
+  ++users_[ch.uid].ids;
+  ++ids_of_process_[ch.pid];
   ++counters_.ids_created;
   return id;
 }
@@ -359,8 +434,8 @@ UcmaService::Reply UcmaService::create_id(Channel& ch, ByteSpan body) {
     case RDMA_PS_IB: ud = cmd->qp_type == IBV_QPT_UD; break;
     default: return {EINVAL, {}};
   }
-  if (ch.ids >= config_.max_ids_per_channel) return {ENOMEM, {}};
-  CmId& id = new_id(ch.token, static_cast<cm::PortSpace>(cmd->ps), ud);
+  if (!room_for_id(ch)) return {ENOMEM, {}};
+  CmId& id = new_id(ch, static_cast<cm::PortSpace>(cmd->ps), ud);
   id.uid = cmd->uid;
   return {0, bytes_of(rdma_ucm_create_id_resp{.id = id.id})};
 }
@@ -385,23 +460,38 @@ std::uint32_t UcmaService::destroy(CmId& id, Instant now) {
   if (id.state == IdState::Listen) cm_.unlisten(service_id(id, id.src.port));
   unbind(id);
   const std::uint32_t reported = id.events_reported;
-  if (const auto ch = channels_.find(id.channel); ch != channels_.end()) --ch->second.ids;
+  if (const auto ch = channels_.find(id.channel); ch != channels_.end()) ch->second.ids.erase(number);
+  if (const auto user = users_.find(id.owner_uid); user != users_.end() && user->second.ids > 0) --user->second.ids;
+  decrement(ids_of_process_, id.owner_pid);
   resolving_.erase(number);
   ids_.erase(number);
   ++counters_.ids_destroyed;
   return reported;
 }
 
+// The events naming the id are on its channel, and a child's CONNECT_REQUEST on its
+// listener's (MIGRATE_ID moves only the events the id counts): only those are looked at.
 std::uint32_t UcmaService::purge_events(std::uint32_t number) {
+  std::vector<std::uint64_t> where;
+  if (const auto it = ids_.find(number); it != ids_.end()) {
+    where.push_back(it->second.channel);
+    if (it->second.listener) {
+      const auto listener = ids_.find(*it->second.listener);
+      if (listener != ids_.end() && listener->second.channel != it->second.channel) where.push_back(listener->second.channel);
+    }
+  }
   std::uint32_t purged = 0;
   std::vector<std::uint32_t> orphans;
-  for (auto& [token, channel] : channels_) {
-    std::erase_if(channel.events, [&](const QueuedEvent& e) {
+  for (std::uint64_t token : where) {
+    const auto channel = channels_.find(token);
+    if (channel == channels_.end()) continue;
+    const std::size_t erased = std::erase_if(channel->second.events, [&](const QueuedEvent& e) {
       if (e.counted_id != number && e.id != number) return false;
       if (e.resp.event == ucma::kConnectRequest && e.id != number) orphans.push_back(e.id);
-      ++purged;
       return true;
     });
+    erase_events(channel->second, erased);
+    purged += static_cast<std::uint32_t>(erased);
   }
   counters_.events_purged += purged;
   for (std::uint32_t orphan : orphans) {
@@ -439,6 +529,10 @@ int UcmaService::bind(CmId& id, uid_t uid, std::optional<stack::Ipv4Address> add
                       bool ipv6_family) {
   if (id.bound) return EINVAL;
   if (address && *address != config_.address) return EADDRNOTAVAIL;
+  if (const auto user = users_.find(id.owner_uid); user != users_.end() && user->second.ports >= config_.max_ports_per_uid) {
+    ++counters_.ports_refused;  // as if every port were taken: what cma_alloc_port says then
+    return EADDRNOTAVAIL;
+  }
   if (port == 0) {
     const auto chosen = ephemeral_port(id);
     if (!chosen) return EADDRNOTAVAIL;
@@ -453,6 +547,7 @@ int UcmaService::bind(CmId& id, uid_t uid, std::optional<stack::Ipv4Address> add
   id.ipv6_family = ipv6_family;
   id.src = Endpoint{address.value_or(stack::Ipv4Address{}), port};
   ports_[{static_cast<std::uint16_t>(id.ps), port}].push_back(id.id);
+  ++users_[id.owner_uid].ports;
   if (id.state == IdState::Idle) id.state = IdState::AddrBound;
   return 0;
 }
@@ -464,6 +559,7 @@ void UcmaService::unbind(CmId& id) {
     std::erase(it->second, id.id);
     if (it->second.empty()) ports_.erase(it);
   }
+  if (const auto user = users_.find(id.owner_uid); user != users_.end() && user->second.ports > 0) --user->second.ports;
   id.bound = false;
 }
 
@@ -516,6 +612,10 @@ UcmaService::Reply UcmaService::resolve_ip(Channel& ch, ByteSpan body, Instant n
     }
   }
   if (id->state != IdState::AddrBound) return {EINVAL, {}};
+  if (!room_for_event(ch)) {  // ADDR_RESOLVED or ADDR_ERROR would not fit: a loop of them once
+    ++counters_.events_refused;  // queued a million for one id that never read them
+    return {ENOMEM, {}};
+  }
   // The vnic is the only device: an id bound to INADDR_ANY takes its address now.
   id->on_device = true;
   id->src.ip = config_.address;
@@ -552,6 +652,10 @@ UcmaService::Reply UcmaService::resolve_route(Channel& ch, ByteSpan body) {
   if (!cmd) return {EINVAL, {}};
   CmId* id = id_on(ch, cmd->id);
   if (id == nullptr || id->state != IdState::AddrResolved) return {EINVAL, {}};
+  if (!room_for_event(ch)) {
+    ++counters_.events_refused;
+    return {ENOMEM, {}};
+  }
   id->state = IdState::RouteResolved;
   id->flow_label = roce_flow_label(id->src.port, id->dst.port);
   queue_event(id->id, QueuedEvent{.id = id->id, .resp = event_for(*id, ucma::kRouteResolved, 0)});
@@ -800,6 +904,7 @@ UcmaService::Reply UcmaService::get_event(Channel& ch) {
   }
   QueuedEvent event = ch.events.front();
   ch.events.pop_front();
+  erase_events(ch, 1);
   if (const auto owner = ids_.find(event.counted_id); owner != ids_.end()) {
     ++owner->second.events_reported;
     if (event.resp.event == ucma::kConnectRequest) ++owner->second.backlog;
@@ -865,20 +970,24 @@ UcmaService::Reply UcmaService::migrate_id(Channel& ch, const ucma::Frame& reque
   const auto it = ids_.find(cmd->id);
   if (it == ids_.end() || it->second.channel != source->first) return {EINVAL, {}};
   CmId& id = it->second;
-  if (source->first != ch.token && ch.ids >= config_.max_ids_per_channel) return {ENOMEM, {}};
+  if (source->first != ch.token && ch.ids.size() >= config_.max_ids_per_channel) return {ENOMEM, {}};
   if (source->first != ch.token) {
     std::deque<QueuedEvent>& from = source->second.events;
+    std::size_t moved = 0;
     for (auto e = from.begin(); e != from.end();) {
       if (e->counted_id == id.id) {
         ch.events.push_back(*e);
         e = from.erase(e);
+        ++moved;
       } else {
         ++e;
       }
     }
+    erase_events(source->second, moved);
+    users_[ch.uid].events += moved;
     id.channel = ch.token;
-    --source->second.ids;
-    ++ch.ids;
+    source->second.ids.erase(id.id);
+    ch.ids.insert(id.id);
     top_up_markers(ch);
   }
   return {0, bytes_of(rdma_ucm_migrate_resp{.events_reported = id.events_reported})};
@@ -999,13 +1108,14 @@ void UcmaService::on_connect_request(const cm::CmEvent& e) {
     return;
   }
   const auto channel = channels_.find(listener->channel);
-  if (listener->backlog == 0 || channel == channels_.end() || channel->second.ids >= config_.max_ids_per_channel) {
+  if (listener->backlog == 0 || channel == channels_.end() || !room_for_event(channel->second) ||
+      !room_for_id(channel->second)) {
     ++counters_.connect_requests_dropped_backlog;
     cm_.abandon(e.connection, now_);
     return;
   }
   --listener->backlog;
-  CmId& child = new_id(listener->channel, listener->ps, sidr);
+  CmId& child = new_id(channel->second, listener->ps, sidr);
   child.state = IdState::Connect;
   child.on_device = true;
   child.bound = false;  // shares the listener's port without holding it
@@ -1033,6 +1143,7 @@ void UcmaService::on_connect_request(const cm::CmEvent& e) {
 
 // Only the ids resolving an address are looked at, never every id.
 std::optional<Instant> UcmaService::next_deadline() const {
+  if (!doomed_.empty()) return now_;  // the next batch of a teardown: on the loop's next turn
   std::optional<Instant> next = cm_.next_deadline();
   for (std::uint32_t number : resolving_) {
     const auto it = ids_.find(number);
@@ -1045,6 +1156,7 @@ std::optional<Instant> UcmaService::next_deadline() const {
 
 void UcmaService::advance(Instant now) {
   now_ = now;
+  tear_down_some(now);
   cm_.advance(now);
   const std::vector<std::uint32_t> resolving(resolving_.begin(), resolving_.end());
   for (std::uint32_t number : resolving) {

@@ -6,8 +6,9 @@
 // rocev2/cm (which it owns; its MADs leave through a CmMadSink the daemon wires to QP 1).
 //
 // Commands arrive as ucma frames (verbs/contract/ucma_protocol.h) from the preloaded shim;
-// each channel is a socketpair end the service watches for EOF (the application closed the
-// device: every id of the channel is destroyed, as ucma_close does) and writes markers on.
+// each channel is a socketpair the service makes, keeping one end it watches for EOF (the
+// application closed the device: every id of the channel is destroyed, as ucma_close does)
+// and writes markers on, and sending the other with the reply.
 // One vnic, one IPv4 address: a listener on INADDR_ANY listens on it.
 #pragma once
 
@@ -50,11 +51,24 @@ struct UcmaConfig {
   std::uint64_t node_guid = 0;          // caps::node_guid: a number whose big-endian bytes are the GUID
   int netdev_mtu = 1500;                // the path MTU is what it allows (iboe_get_mtu)
   rocev2::cm::CmConfig cm{};
-  // Each channel holds a descriptor of the daemon and each id memory: bounds, so that one user
-  // cannot exhaust either (rsockets opens a channel per socket; cmtime makes thousands of ids).
+  // Each channel holds a descriptor of the daemon, each id and each queued event memory, each
+  // bound id a port of the vnic's one address: bounds, so that one user cannot exhaust any of
+  // them (rsockets opens a channel per socket; cmtime makes thousands of ids). `up` sets them
+  // (docs/RDMA_CM.md, "Limits"); a limit reached is counted and answered as the kernel answers
+  // exhaustion: EMFILE for a channel, ENOMEM for an id or an event a command would queue,
+  // EADDRNOTAVAIL for a port; an event the network causes is dropped (a request as with a
+  // full backlog: the peer's CM retries).
   std::size_t max_channels_per_uid = 1024;
   std::size_t max_ids_per_channel = 16384;
+  std::size_t max_ids_per_process = 16384;
+  std::size_t max_ids_per_uid = 65536;
+  std::size_t max_events_per_channel = 1024;
+  std::size_t max_events_per_uid = 16384;
+  std::size_t max_ports_per_uid = 4096;  // of 28,232 ephemeral ports (32768..60999)
 };
+
+// What `status` shows of them.
+nlohmann::json limits_json(const UcmaConfig& config);
 
 struct UcmaCounters {
   std::uint64_t commands = 0;
@@ -72,6 +86,11 @@ struct UcmaCounters {
   std::uint64_t address_errors = 0;
   std::uint64_t foreign_channel_refused = 0;  // a command naming another user's channel
   std::uint64_t channels_refused = 0;         // a user holding max_channels_per_uid already
+  std::uint64_t ids_refused = 0;              // a channel, process or user at its id limit
+  std::uint64_t events_dropped = 0;           // a channel or user at its event limit
+  std::uint64_t events_refused = 0;           // a command whose event would not fit (ENOMEM)
+  std::uint64_t ports_refused = 0;            // a user at max_ports_per_uid
+  std::uint64_t ids_torn_down_later = 0;      // a closed channel's ids, destroyed in batches
 };
 std::vector<std::pair<std::string, std::uint64_t>> named(const UcmaCounters& counters);
 
@@ -82,8 +101,14 @@ class UcmaService final : private rocev2::cm::CmEventSink {
   UcmaService(const UcmaService&) = delete;
   UcmaService& operator=(const UcmaService&) = delete;
 
-  // A ucma frame from command connection `client` of a process with `uid`: the reply.
-  ucma::Frame handle(uid_t uid, const ucma::Frame& request, control::ReceivedFds& fds, Instant now);
+  // A ucma frame from a process with `uid`: the reply. `fds` holds what came with the request
+  // (nothing, for a frame that parsed) and, after a CreateChannel that succeeded, the one
+  // descriptor to send with the reply (the caller closes it after sending).
+  ucma::Frame handle(uid_t uid, const ucma::Frame& request, control::ReceivedFds& fds, Instant now) {
+    return handle(uid, 0, request, fds, now);
+  }
+  // The same from process `pid` (its channels' ids count against max_ids_per_process).
+  ucma::Frame handle(uid_t uid, pid_t pid, const ucma::Frame& request, control::ReceivedFds& fds, Instant now);
 
   rocev2::cm::ConnectionManager& cm() { return cm_; }
   std::optional<Instant> next_deadline() const;
@@ -92,6 +117,9 @@ class UcmaService final : private rocev2::cm::CmEventSink {
   void set_address_and_mtu(stack::Ipv4Address address, int netdev_mtu);
 
   const UcmaCounters& counters() const { return counters_; }
+  const UcmaConfig& config() const { return config_; }
+  // Ids of closed channels not yet destroyed (teardown goes in batches, between other work).
+  std::size_t ids_awaiting_teardown() const { return doomed_.size(); }
   // For `rrdma-vnic status`: listeners and connections.
   nlohmann::json listing() const;
 
@@ -129,6 +157,8 @@ class UcmaService final : private rocev2::cm::CmEventSink {
     std::uint8_t tos = 0;
     bool reuseaddr = false;
     std::optional<std::uint8_t> ack_timeout;
+    uid_t owner_uid = 0;                  // whose limits the id counts against
+    pid_t owner_pid = 0;
     std::optional<Instant> resolve_deadline;  // AddrQuery: ADDR_ERROR after this
     std::uint32_t flow_label = 0;
   };
@@ -143,17 +173,29 @@ class UcmaService final : private rocev2::cm::CmEventSink {
     std::uint64_t token = 0;
     int fd = -1;
     uid_t uid = 0;
+    pid_t pid = 0;                  // the process that created it
     std::deque<QueuedEvent> events;
     std::size_t markers = 0;        // written and not yet consumed by a GET_EVENT
+    std::set<std::uint32_t> ids;    // so that closing it costs what it holds
+  };
+
+  // What one user holds, against the per-user limits.
+  struct UserUse {
+    std::size_t channels = 0;
     std::size_t ids = 0;
+    std::size_t events = 0;
+    std::size_t ports = 0;
   };
 
   using Reply = std::pair<int, std::vector<std::uint8_t>>;  // errno, response bytes
 
   // --- channels
-  ucma::Frame create_channel(uid_t uid, const ucma::Frame& request, control::ReceivedFds& fds);
-  void close_channel(std::uint64_t token, Instant now);
-  void queue_event(std::uint32_t counted_id, QueuedEvent event);
+  ucma::Frame create_channel(uid_t uid, pid_t pid, const ucma::Frame& request, control::ReceivedFds& fds);
+  void close_channel(std::uint64_t token);
+  void tear_down_some(Instant now);
+  bool room_for_event(const Channel& c) const;
+  bool queue_event(std::uint32_t counted_id, QueuedEvent event);
+  void erase_events(Channel& c, std::size_t count);  // the user's tally, after events left c
   void top_up_markers(Channel& c);
 
   // --- commands
@@ -178,7 +220,8 @@ class UcmaService final : private rocev2::cm::CmEventSink {
 
   // --- ids
   CmId* id_on(Channel& ch, std::uint32_t id);
-  CmId& new_id(std::uint64_t channel, rocev2::cm::PortSpace ps, bool ud);
+  bool room_for_id(const Channel& ch);
+  CmId& new_id(Channel& channel, rocev2::cm::PortSpace ps, bool ud);
   // Returns the id's events_reported (DESTROY_ID's answer).
   std::uint32_t destroy(CmId& id, Instant now);
   std::uint32_t purge_events(std::uint32_t id);
@@ -207,6 +250,9 @@ class UcmaService final : private rocev2::cm::CmEventSink {
   std::map<std::pair<std::uint16_t, std::uint16_t>, std::vector<std::uint32_t>> ports_;  // (ps, port) -> ids
   std::map<std::uint32_t, std::uint32_t> id_of_connection_;  // CM connection -> id
   std::set<std::uint32_t> resolving_;                         // ids in ADDR_QUERY
+  std::map<uid_t, UserUse> users_;
+  std::map<pid_t, std::size_t> ids_of_process_;
+  std::deque<std::uint32_t> doomed_;                          // ids of closed channels
   std::uint32_t next_id_ = 1;
   std::mt19937_64 random_;
   UcmaCounters counters_;

@@ -120,11 +120,11 @@ int take_marker(int fd) {
 // reused by another file), and a stale marker sends us back to receive again.
 DaemonReply fetch_event(int fd, const ucma::Frame& frame) {
   const int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (own < 0) return {errno, 0, {}};
+  if (own < 0) return {errno, 0, -1, {}};
   DaemonReply reply{};
   for (;;) {
     if (const int error = take_marker(own); error != 0) {
-      reply = {error, 0, {}};
+      reply = {error, 0, -1, {}};
       break;
     }
     reply = call_daemon(frame);
@@ -143,27 +143,20 @@ int copy_response(const Command& command, const std::vector<std::uint8_t>& answe
 }  // namespace
 
 int open_channel(int flags) {
-  int ends[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) return -1;
-  const int application_end = ends[0], daemon_end = ends[1];
+  ucma::Frame request;
+  request.kind = ucma::Kind::CreateChannel;
+  const DaemonReply reply = call_daemon(request);
+  if (reply.error != 0) return fail(reply.error);
+  const int application_end = reply.fd;  // the daemon made the pair and keeps the other end
   struct stat st {};
   const bool usable = application_end < kMaxTrackedFd && real::fstat(application_end, &st) == 0;
   if (!usable) {
-    real::close(application_end);
-    real::close(daemon_end);
+    real::close(application_end);  // EOF on the daemon's end closes the channel there
     return fail(EMFILE);
   }
   // The flags are the application end's own; the daemon sets its end's as it likes.
   if ((flags & O_CLOEXEC) == 0) ::fcntl(application_end, F_SETFD, 0);
   if ((flags & O_NONBLOCK) != 0) ::fcntl(application_end, F_SETFL, O_NONBLOCK);
-  ucma::Frame request;
-  request.kind = ucma::Kind::CreateChannel;
-  const DaemonReply reply = call_daemon(request, daemon_end);
-  real::close(daemon_end);
-  if (reply.error != 0) {
-    real::close(application_end);
-    return fail(reply.error);
-  }
   remember_channel(application_end, {reply.channel, st.st_dev, st.st_ino, (flags & O_ACCMODE) != O_RDONLY});
   return application_end;
 }

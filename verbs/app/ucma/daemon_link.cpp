@@ -138,9 +138,9 @@ int link_error(control::IoError error) {
   return error == control::IoError::PeerClosed || error == control::IoError::System ? ENODEV : EIO;
 }
 
-control::IoError send_retrying(const ucma::Frame& request, int fd) {
+control::IoError send_retrying(const ucma::Frame& request) {
   for (;;) {
-    const control::IoError error = ucma::send_frame(g_connection.fd, request, fd);
+    const control::IoError error = ucma::send_frame(g_connection.fd, request);
     if (error != control::IoError::System || errno != EINTR) return error;
   }
 }
@@ -160,18 +160,19 @@ bool answers(const ucma::Frame& reply, const ucma::Frame& request) {
 
 int status_errno(std::uint32_t status) { return status < 4096 ? static_cast<int>(status) : EIO; }
 
-DaemonReply exchange(ucma::Frame& request, int fd) {
+DaemonReply exchange(ucma::Frame& request) {
   request.request_id = ++g_connection.last_request;
-  if (const control::IoError sent = send_retrying(request, fd); sent != control::IoError::None) {
+  if (const control::IoError sent = send_retrying(request); sent != control::IoError::None) {
     drop_connection();
-    return {link_error(sent), 0, {}};
+    return {link_error(sent), 0, -1, {}};
   }
   ucma::Received received = receive_retrying();
   if (received.error != control::IoError::None || !answers(received.frame, request)) {
     drop_connection();
-    return {received.error != control::IoError::None ? link_error(received.error) : EIO, 0, {}};
+    return {received.error != control::IoError::None ? link_error(received.error) : EIO, 0, -1, {}};
   }
-  return {status_errno(received.frame.status), received.frame.channel, std::move(received.frame.body)};
+  const int fd = received.fds.size() == 1 ? received.fds.release(0) : -1;
+  return {status_errno(received.frame.status), received.frame.channel, fd, std::move(received.frame.body)};
 }
 
 void lock_for_fork() {
@@ -185,10 +186,10 @@ void unlock_after_fork() {
 
 }  // namespace
 
-DaemonReply call_daemon(ucma::Frame request, int fd) {
+DaemonReply call_daemon(ucma::Frame request) {
   std::lock_guard lock(g_mutex);
-  if (const int error = ensure_connected(); error != 0) return {error, 0, {}};
-  return exchange(request, fd);
+  if (const int error = ensure_connected(); error != 0) return {error, 0, -1, {}};
+  return exchange(request);
 }
 
 void install_fork_handlers() { ::pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork); }

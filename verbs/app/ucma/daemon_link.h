@@ -21,12 +21,12 @@ namespace rrdma::ucma_shim {
 struct DaemonReply {
   int error = 0;              // 0, the daemon's errno, ENODEV (no daemon, or it went away), EIO
   std::uint64_t channel = 0;  // CreateChannel: the new channel's token
+  int fd = -1;                // CreateChannel: the channel's descriptor, the caller's to close
   std::vector<std::uint8_t> body;
 };
 
-// Sends `request` (its request id is chosen here), with `fd` as SCM_RIGHTS unless -1, and
-// waits for its reply.
-DaemonReply call_daemon(verbs::ucma::Frame request, int fd = -1);
+// Sends `request` (its request id is chosen here) and waits for its reply.
+DaemonReply call_daemon(verbs::ucma::Frame request);
 
 // Keeps fork() from copying a locked mutex into the child (pthread_atfork).
 void install_fork_handlers();
