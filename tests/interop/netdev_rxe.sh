@@ -3,8 +3,9 @@
 # against Linux's rdma_rxe, both ways, and its wire checked frame by frame.
 # The scene, in a private host namespace: a bridge; the rxe VM on a TAP; a namespace with one
 # veth on the bridge and one address, where `rrdma-vnic up --netdev` makes the RDMA device on
-# that veth and everything of ours (daemon, programs) runs as an ordinary uid with no capabilities,
-# as in system.netdev (a uid of its own, below). The programs' TCP side channels and rdma_cm reach that one address.
+# that veth and everything of ours (daemon, programs) runs as an ordinary uid with no
+# capabilities, as in system.netdev (a uid of its own, below). The programs' TCP side
+# channels and rdma_cm reach that one address.
 # Cases, each in both directions (rxe servers then rxe clients, in one boot of the VM per
 # phase): rping -V, ucmatose, ib_write_bw, ib_read_bw (TCP side channel, no -R), ib_send_bw -R.
 # Phases: plain, and loss (the bridge drops 5% of the RoCE frames, except the CM's MADs to
@@ -17,9 +18,11 @@
 #   - Wireshark decodes them all with nothing malformed in the RoCE layers, and
 #     rrdma_capture_check (our parser) takes every frame;
 #   - rxe's hw_counters (read in the guest before and after each phase; 6.1 has no ICRC
-#     counter, and rcvd_pkts counts only frames that passed its header and ICRC checks): in
-#     the plain phase rcvd_pkts grew by exactly the number of frames we sent, sent_pkts by
-#     the number we received, and rcvd_seq_err and out_of_seq_request did not grow;
+#     counter, and rcvd_pkts counts only frames that passed its header and ICRC checks):
+#     rcvd_pkts grew by exactly the frames of ours that reached it (those captured on our
+#     veth less those the bridge dropped; under loss up to 10 fewer, for QPs already gone),
+#     sent_pkts by rxe's frames captured plus those dropped; in the plain phase rcvd_seq_err
+#     and out_of_seq_request did not grow;
 #   - our roce.rx_bad_icrc stays 0 and roce.rx_icrc_id_recovered grows (rxe's IDs solved).
 # Environment: as the other interop tests, plus RRDMA_NETDEV_WIRE_CHECK.
 # RRDMA_INTEROP_CASES=REGEX runs only the cases whose "phase/direction/name" matches.
