@@ -1,6 +1,7 @@
 // The application side of tests/ucma: run by ucma_shim_test.cpp with librrdma_ucma.so
 // preloaded, against the fake daemon the test plays. `ucma_probe raw` speaks the ucma ABI
-// itself with open()/write() of <rdma/rdma_user_cm.h> structures, as librdmacm does;
+// itself with open()/write() of <rdma/rdma_user_cm.h> structures, as librdmacm does
+// (`ucma_probe signals`: a blocking GET_EVENT under SIGALRM with and without SA_RESTART);
 // `ucma_probe librdmacm` goes through Debian's librdmacm (and our libibverbs.so.1, which the
 // test puts on LD_LIBRARY_PATH; ucma_probe_librdmacm.cpp, apart because rdma_cma.h and the
 // uapi header cannot both be included). Each step is checked here; the test checks what the daemon
@@ -8,13 +9,16 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <rdma/rdma_user_cm.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -222,6 +226,68 @@ void check_daemon_death() {
   CHECK(::close(fd) == 0);
 }
 
+// SIGALRM with `flags`, sent to the calling thread every 2 ms while in scope: a tick that
+// comes before the thread sleeps only runs the handler, one of the next finds it asleep.
+std::atomic<int> g_ticks{0};
+void count_tick(int) { g_ticks.fetch_add(1, std::memory_order_relaxed); }
+
+class AlarmTicks {
+ public:
+  explicit AlarmTicks(int flags) {
+    struct sigaction action {};
+    action.sa_handler = count_tick;
+    action.sa_flags = flags;
+    sigemptyset(&action.sa_mask);
+    CHECK(::sigaction(SIGALRM, &action, nullptr) == 0);
+    sigevent to_me{};
+    to_me.sigev_notify = SIGEV_THREAD_ID;
+    to_me.sigev_signo = SIGALRM;
+    to_me._sigev_un._tid = ::gettid();
+    CHECK(::timer_create(CLOCK_MONOTONIC, &to_me, &timer_) == 0);
+    const itimerspec every{{0, 2'000'000}, {0, 2'000'000}};
+    CHECK(::timer_settime(timer_, 0, &every, nullptr) == 0);
+  }
+  ~AlarmTicks() { ::timer_delete(timer_); }  // the handler stays: a late tick only counts
+
+ private:
+  timer_t timer_{};
+};
+
+// GET_EVENT sleeps in the kernel's write() of the channel (ucma_get_event), which a signal
+// ends with EINTR when its handler lacks SA_RESTART and which is restarted under SA_RESTART.
+// No event is queued for the first wait; for the second the fake queues one after our NOTIFY,
+// sent once 25 ticks reached the sleeping thread. Should a wait not end, the watchdog does.
+int run_signals() {
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    std::fputs("ucma_probe signals: a wait never ended\n", stderr);
+    std::_Exit(1);
+  }).detach();
+  const int fd = ::open(kDevicePath, O_RDWR | O_CLOEXEC);
+  CHECK(fd >= 0);
+  rdma_ucm_event_resp event{};
+  {
+    AlarmTicks ticks(0);
+    errno = 0;
+    CHECK(!get_event(fd, event) && errno == EINTR);
+  }
+  g_ticks = 0;
+  std::thread cue([fd] {
+    while (g_ticks.load() < 25) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(succeeds(fd, RDMA_USER_CM_CMD_NOTIFY, rdma_ucm_notify{77, 0}));
+  });
+  {
+    AlarmTicks ticks(SA_RESTART);
+    CHECK(get_event(fd, event));
+  }
+  cue.join();
+  CHECK(event.id == 77 && event.event == ucma_probe::kEstablished);
+  CHECK(g_ticks.load() >= 25);
+  CHECK(::close(fd) == 0);
+  std::puts("ucma_probe signals: every check held");
+  return 0;
+}
+
 int run_raw() {
   check_untouched_calls();
   const int fd = ::open(kDevicePath, O_RDWR | O_CLOEXEC);
@@ -277,9 +343,10 @@ int main(int argc, char** argv) {
   const std::string_view mode = argc > 1 ? argv[1] : "";
   if (mode == "raw") return run_raw();
   if (mode == "nodaemon") return run_without_daemon();
+  if (mode == "signals") return run_signals();
 #ifdef RRDMA_HAVE_LIBRDMACM
   if (mode == "librdmacm") return ucma_probe::run_librdmacm();
 #endif
-  std::fprintf(stderr, "usage: ucma_probe raw|librdmacm|nodaemon\n");
+  std::fprintf(stderr, "usage: ucma_probe raw|librdmacm|nodaemon|signals\n");
   return 2;
 }

@@ -480,6 +480,21 @@ TEST_CASE("ucma: Debian's librdmacm runs over the shim: AF_IB probe, create_id, 
 }
 #endif
 
+// As the kernel's GET_EVENT (a wait in write()): EINTR after a handler without SA_RESTART,
+// restarted under SA_RESTART, so that a restarted wait sends nothing to the daemon until
+// its marker comes.
+TEST_CASE("ucma: a blocking GET_EVENT ends with EINTR after a signal without SA_RESTART and sleeps on under SA_RESTART", "[ucma]") {
+  FakeDaemon daemon;
+  Probe probe("signals", daemon, {});
+  daemon.wait_channels(1);
+  const Seen cue = daemon.wait_command(RDMA_USER_CM_CMD_NOTIFY);
+  daemon.queue_event(cue.frame.channel, event(0x1122334455667788, 77, kEstablished, "tick"));
+  CHECK(probe.wait_exit() == 0);
+  int get_events = 0;
+  for (const auto& seen : daemon.seen()) get_events += seen.frame.command == RDMA_USER_CM_CMD_GET_EVENT;
+  CHECK(get_events == 1);
+}
+
 TEST_CASE("ucma: without a running vnic the device cannot be opened (ENODEV)", "[ucma]") {
   FakeDaemon daemon;
   daemon.die();

@@ -335,7 +335,8 @@ class Context {
   CompletionQueue create_cq(std::uint32_t entries, CompletionChannel* channel = nullptr);
 
   // The next asynchronous event; waits for one unless the async fd was made non-blocking,
-  // then returns nullopt when none is pending.
+  // then returns nullopt when none is pending. A signal handler without SA_RESTART ends
+  // the wait with an Error (EINTR), as with get_event().
   std::optional<AsyncEvent> get_async_event();
   std::optional<AsyncEvent> try_get_async_event();  // never waits
   int async_fd() const;  // readable when an event may be pending (poll/epoll it)
@@ -410,7 +411,8 @@ class CompletionChannel {
   int fd() const;
   // Waits for the next notification (unless fd() was made non-blocking: then nullptr when
   // none is pending) and returns the CQ it is for (ibv_get_cq_event). Re-arm that CQ with
-  // req_notify() and poll it.
+  // req_notify() and poll it. A signal handler installed without SA_RESTART ends the wait
+  // with an Error (EINTR), as it ends ibv_get_cq_event; one with SA_RESTART does not.
   CompletionQueue* get_event();
   // As get_event(), waiting at most `timeout` (nullptr when it expires).
   CompletionQueue* get_event(std::chrono::milliseconds timeout);
