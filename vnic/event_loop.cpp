@@ -131,9 +131,6 @@ EventLoop::EventLoop(const EventLoopConfig& config) : config_(config) {
 
   tx_memory_bytes_ = config_.tx_slots * config_.frame_buffer_size;
   tx_memory_ = map_anonymous(tx_memory_bytes_);
-  iovec tx_region{tx_memory_, tx_memory_bytes_};
-  rc = io_uring_register_buffers(&ring_, &tx_region, 1);
-  if (rc < 0) throw std::system_error(-rc, std::generic_category(), "register transmit buffers");
   for (std::uint32_t slot = config_.tx_slots; slot-- > 0;) free_tx_slots_.push_back(slot);
 
   multishot_read_ = config_.multishot_read && kernel_supports(ring_, kOpReadMultishot);
@@ -164,7 +161,21 @@ io_uring_sqe* EventLoop::next_sqe() {
   return sqe;
 }
 
+// The TAP's writes (write_fixed) need the transmit slots registered, which pins them: the
+// pages count against the owner's RLIMIT_MEMLOCK, for all of one user's processes together
+// (8 MiB by default; root is exempt). A datagram socket sends with sendmsg from the same
+// slots unregistered, so that an ordinary user's daemons, several of them and at MTU 9000
+// (512 slots of 10.25 KiB each), pin nothing but the receive buffer ring.
+void EventLoop::register_transmit_slots() {
+  if (tx_registered_) return;
+  iovec tx_region{tx_memory_, tx_memory_bytes_};
+  const int rc = io_uring_register_buffers(&ring_, &tx_region, 1);
+  if (rc < 0) throw std::system_error(-rc, std::generic_category(), "register transmit buffers");
+  tx_registered_ = true;
+}
+
 void EventLoop::attach_frame_device(int fd, FrameHandler on_frame) {
+  if (!datagram_socket_) register_transmit_slots();
   frame_fd_ = fd;
   on_frame_ = std::move(on_frame);
   // The device in io_uring's registered file table: every read and write then skips the

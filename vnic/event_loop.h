@@ -8,9 +8,10 @@
 //     * a UDP socket (`up --netdev`, kernel >= 6.0): multishot IORING_OP_RECVMSG from the
 //       same ring, one datagram per completion with its source address and the
 //       IP_PKTINFO / IP_TOS / IP_TTL control messages;
-//   - transmits from a registered pool of slots, all queued in the one io_uring_enter()
-//     of the next iteration: IORING_OP_WRITE_FIXED to a TAP (exactly one frame per write),
-//     IORING_OP_SENDMSG to the socket (one datagram per message, to its own destination);
+//   - transmits from a pool of slots, all queued in the one io_uring_enter() of the next
+//     iteration: IORING_OP_WRITE_FIXED to a TAP (exactly one frame per write; the pool is
+//     then registered), IORING_OP_SENDMSG to the socket (one datagram per message, to its
+//     own destination; the pool unregistered, pinning none of an ordinary user's memory);
 //   - watched fds (signalfd, control socket, later doorbell eventfds): multishot
 //     IORING_OP_POLL_ADD; handlers drain their fd with non-blocking calls;
 //   - one IORING_OP_TIMEOUT (absolute, CLOCK_MONOTONIC = steady_clock) at the earliest
@@ -211,6 +212,7 @@ class EventLoop {
   void deliver_datagram(std::uint8_t* buffer, std::size_t length, Instant now);
   void arm_frame_reads();
   void target_frame_device(io_uring_sqe* sqe) const;
+  void register_transmit_slots();
   void arm_watch(std::uint64_t id, int fd);
   void arm_timer(std::optional<Instant> deadline);
   std::optional<Instant> run_timer_sources(Instant now);
@@ -249,9 +251,11 @@ class EventLoop {
   std::size_t rx_memory_bytes_ = 0;
   unsigned buffers_to_return_ = 0;
 
-  // Transmit: slots of a registered buffer, free ones on a stack.
+  // Transmit: slots of one buffer (registered for a frame device only:
+  // register_transmit_slots), free ones on a stack.
   std::uint8_t* tx_memory_ = nullptr;
   std::size_t tx_memory_bytes_ = 0;
+  bool tx_registered_ = false;
   std::vector<std::uint32_t> free_tx_slots_;
   std::deque<Waiting> tx_backlog_;  // frames waiting for a slot, oldest first
   // The datagram socket device: the multishot recvmsg's header (only its name and control
