@@ -9,8 +9,10 @@
 #     (every byte of every message checked): its default endpoint (dgram) and -e rdm; each
 #     row exits 0 on both sides and the RoCE counters of both vnics grew by at least the
 #     messages sent.
-# fi_pingpong -e msg is not a row: its server takes its control connection's local address
-# as its fabric address, which kernel TCP cannot share with a vnic (docs/IBVERBS.md).
+# fi_pingpong -e msg is not a row on TAP vnics: kernel TCP cannot share a vnic's address
+# (docs/IBVERBS.md). With RRDMA_DEVICE_KIND=netdev (device_scene.sh) it is, with
+# `-p "verbs;ofi_rxm" -e rdm`: both are DECLINED there, the verbs provider binding the MSG
+# server's passive endpoint to "localhost" (docs/TESTING.md, "Two kinds of device").
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/verbs_lib.sh"
 source "$(dirname "$0")/rdma_cm_lib.sh"
