@@ -193,7 +193,8 @@ int main(int argc, char** argv) {
   up->add_option("--dma-wait-ms", up_args.dma_wait_ms,
                  "How long the daemon waits for one read or write of a client's memory (0..60000 ms) before it "
                  "gives up on that client, whose memory never answers (a FUSE file it serves, say): others keep "
-                 "going. 0 makes those calls on the daemon's loop itself, without a bound (faster, not safe)")
+                 "going. 0 (the default) makes those calls on the daemon's loop itself, without a bound: faster, "
+                 "not safe from such memory")
       ->capture_default_str();
   up->add_flag("--foreground", foreground, "Stay in the foreground, log to stderr; SIGINT/SIGTERM stop it");
   add_quota_options(*up, up_args.quotas);

@@ -20,7 +20,11 @@ inline constexpr std::uint16_t kDefaultMtu = 1500;
 inline constexpr std::uint32_t kMaxBusyPollMicroseconds = 1000;
 // `up --dma-wait-ms`: how long the loop waits for one system call on a client's memory before
 // it gives up on that client (verbs/device/dma_thread.h); 0 makes the calls on the loop itself.
-inline constexpr std::uint32_t kDefaultDmaWaitMilliseconds = 1000;
+// Off by default: through the DMA thread every write of a client's memory costs a hand-over
+// and a copy, which took ib_write_bw 64 KiB from 76-145 to 26-64 MB/s here and timed out
+// perftest's latency rows on a loaded machine (docs/VERBS_MEMORY.md); until DMA is
+// asynchronous in the engine the stall protection is asked for with `--dma-wait-ms 1000`.
+inline constexpr std::uint32_t kDefaultDmaWaitMilliseconds = 0;
 inline constexpr std::uint32_t kMaxDmaWaitMilliseconds = 60000;
 
 // The per-process quotas `up` was given (--max-*-per-process); each one left out is derived
