@@ -177,6 +177,17 @@ stack::MacAddress derive_tap_mac(std::string_view name, const stack::MacAddress&
 
 namespace {
 
+// The quotas and rdma_cm limits, for either kind of device: set, or why they are refused.
+std::string apply_limits(const UpArguments& args, VnicConfig& config) {
+  if (auto error = check_quotas(args.quotas, false); !error.empty()) return error;
+  config.quotas = args.quotas;
+  if (auto error = check_quotas(args.user_quotas, true); !error.empty()) return error;
+  config.user_quotas = args.user_quotas;
+  if (auto error = check_cm_limits(args.cm_limits); !error.empty()) return error;
+  config.cm_limits = args.cm_limits;
+  return {};
+}
+
 // --dma-wait-ms, for either kind of device: the bound, or why it is refused.
 std::string apply_dma_wait(const UpArguments& args, VnicConfig& config) {
   if (args.dma_wait_ms > kMaxDmaWaitMilliseconds) {
@@ -202,7 +213,7 @@ Validated validate_netdev(const UpArguments& args) {
     }
   }
   if (args.group && !is_valid_group_name(*args.group)) return refuse("bad group name '" + *args.group + "'");
-  if (auto error = check_quotas(args.quotas); !error.empty()) return refuse(error);
+  if (auto error = apply_limits(args, config); !error.empty()) return refuse(error);
   if (args.busy_poll_us > kMaxBusyPollMicroseconds) {
     return refuse("bad --busy-poll-us " + std::to_string(args.busy_poll_us) + ": expected 0.." +
                   std::to_string(kMaxBusyPollMicroseconds));
@@ -211,7 +222,6 @@ Validated validate_netdev(const UpArguments& args) {
   config.name = args.name;
   config.netdev = args.netdev;
   config.group = args.group;
-  config.quotas = args.quotas;
   config.busy_poll_us = args.busy_poll_us;
   if (auto error = apply_dma_wait(args, config); !error.empty()) return refuse(error);
   return {std::move(config), {}};
@@ -260,12 +270,7 @@ Validated validate(const UpArguments& args) {
   }
   if (args.group && !is_valid_group_name(*args.group)) return refuse("bad group name '" + *args.group + "'");
   config.group = args.group;
-  if (auto error = check_quotas(args.quotas, false); !error.empty()) return refuse(error);
-  config.quotas = args.quotas;
-  if (auto error = check_quotas(args.user_quotas, true); !error.empty()) return refuse(error);
-  config.user_quotas = args.user_quotas;
-  if (auto error = check_cm_limits(args.cm_limits); !error.empty()) return refuse(error);
-  config.cm_limits = args.cm_limits;
+  if (auto error = apply_limits(args, config); !error.empty()) return refuse(error);
   config.bridge = args.bridge;
   config.create_bridge = args.create_bridge;
   config.uplink = args.uplink;
