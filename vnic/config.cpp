@@ -213,12 +213,12 @@ Validated validate_netdev(const UpArguments& args) {
     }
   }
   if (args.group && !is_valid_group_name(*args.group)) return refuse("bad group name '" + *args.group + "'");
-  if (auto error = apply_limits(args, config); !error.empty()) return refuse(error);
   if (args.busy_poll_us > kMaxBusyPollMicroseconds) {
     return refuse("bad --busy-poll-us " + std::to_string(args.busy_poll_us) + ": expected 0.." +
                   std::to_string(kMaxBusyPollMicroseconds));
   }
   VnicConfig config;
+  if (auto error = apply_limits(args, config); !error.empty()) return refuse(error);
   config.name = args.name;
   config.netdev = args.netdev;
   config.group = args.group;
