@@ -42,7 +42,12 @@ sigset_t let_through(const sigset_t& application_mask) {
 int signal_fd_for(const sigset_t& watched) {
   ThreadSignalFd& mine = t_signal_fd;
   if (mine.fd >= 0 && std::memcmp(&mine.watched, &watched, sizeof(watched)) == 0) return mine.fd;
-  const int fd = ::signalfd(mine.fd, &watched, SFD_NONBLOCK | SFD_CLOEXEC);
+  int fd = ::signalfd(mine.fd, &watched, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd < 0 && mine.fd >= 0) {
+    // The number no longer names our signalfd (the application closed it): forget it.
+    mine.fd = -1;
+    fd = ::signalfd(-1, &watched, SFD_NONBLOCK | SFD_CLOEXEC);
+  }
   if (fd < 0) return -1;
   mine.fd = fd;
   mine.watched = watched;
