@@ -125,7 +125,8 @@ class EventWait {
 
  private:
   int sleep(Woken& woken, std::uint64_t& count);
-  // Reads the counter (0 if none) or, failing that, reports the hang-up: false if neither.
+  // Takes the counter if the daemon wrote it, else the hang-up if `daemon_gone`; false if
+  // neither.
   bool take(bool daemon_gone, Woken& woken, std::uint64_t& count);
 
   UniqueFd epoll_;
