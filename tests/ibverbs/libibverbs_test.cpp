@@ -9,12 +9,15 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -95,6 +98,11 @@ class FakeVnic {
     REQUIRE(producer.try_push_value(AsyncEventEntry{static_cast<std::uint32_t>(type), 0, element}) ==
             PushResult::Pushed);
     producer.publish();
+  }
+  // The daemon dies: every connection hangs up.
+  void hang_up() {
+    std::lock_guard lock(mutex_);
+    for (int fd : connections_) ::shutdown(fd, SHUT_RDWR);
   }
   // The next request of this type is answered with this status.
   void refuse_next(MessageType type, int error) {
@@ -548,6 +556,75 @@ TEST_CASE("ibverbs: an async event of a destroyed QP or CQ is dropped", "[ibverb
   CHECK(ibv_destroy_qp(live) == 0);
   CHECK(ibv_destroy_cq(cq) == 0);
   CHECK(ibv_dealloc_pd(pd) == 0);
+}
+
+namespace {
+
+void ignore_alarm(int) {}
+
+// SIGALRM without SA_RESTART, sent to the calling thread every 2 ms while in scope.
+class AlarmTicks {
+ public:
+  AlarmTicks() {
+    struct sigaction action {};
+    action.sa_handler = ignore_alarm;
+    sigemptyset(&action.sa_mask);
+    REQUIRE(::sigaction(SIGALRM, &action, &previous_) == 0);
+    sigevent to_me{};
+    to_me.sigev_notify = SIGEV_THREAD_ID;
+    to_me.sigev_signo = SIGALRM;
+    to_me._sigev_un._tid = ::gettid();
+    REQUIRE(::timer_create(CLOCK_MONOTONIC, &to_me, &timer_) == 0);
+    const itimerspec every{{0, 2'000'000}, {0, 2'000'000}};
+    REQUIRE(::timer_settime(timer_, 0, &every, nullptr) == 0);
+  }
+  ~AlarmTicks() {
+    ::timer_delete(timer_);  // a tick sent before is delivered as it returns, to our handler
+    ::sigaction(SIGALRM, &previous_, nullptr);
+  }
+  AlarmTicks(const AlarmTicks&) = delete;
+  AlarmTicks& operator=(const AlarmTicks&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+  timer_t timer_{};
+};
+
+}  // namespace
+
+// As a kernel provider's read(2) of the channel or async fd (docs/VERBS_CLIENT.md, "Signals"):
+// qperf's SIGALRM, installed without SA_RESTART, must end the wait.
+TEST_CASE("ibverbs: a signal handled without SA_RESTART ends ibv_get_cq_event and ibv_get_async_event with EINTR", "[ibverbs]") {
+  FakeVnic vnic;
+  Opened opened;
+  ibv_comp_channel* channel = ibv_create_comp_channel(opened.context);
+  REQUIRE(channel != nullptr);
+  ibv_cq* cq = ibv_create_cq(opened.context, 4, nullptr, channel, 0);
+  REQUIRE(cq != nullptr);
+  REQUIRE(ibv_req_notify_cq(cq, 0) == 0);
+  // Should a wait go on through the signals, the daemon's death ends it (and the checks
+  // fail) instead of the test hanging.
+  std::atomic<bool> done{false};
+  std::thread rescue([&] {
+    for (int i = 0; i < 2000 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!done) vnic.hang_up();
+  });
+  {
+    AlarmTicks ticks;
+    ibv_cq* fired = nullptr;
+    void* cq_context = nullptr;
+    errno = 0;
+    CHECK(ibv_get_cq_event(channel, &fired, &cq_context) == -1);
+    CHECK(errno == EINTR);
+    ibv_async_event event{};
+    errno = 0;
+    CHECK(ibv_get_async_event(opened.context, &event) == -1);
+    CHECK(errno == EINTR);
+  }
+  done = true;
+  rescue.join();
+  CHECK(ibv_destroy_cq(cq) == 0);
+  CHECK(ibv_destroy_comp_channel(channel) == 0);
 }
 
 TEST_CASE("ibverbs: what a vnic cannot do fails with EOPNOTSUPP", "[ibverbs]") {

@@ -490,6 +490,7 @@ TEST_CASE("ucma: a blocking GET_EVENT ends with EINTR after a signal without SA_
   const Seen cue = daemon.wait_command(RDMA_USER_CM_CMD_NOTIFY);
   daemon.queue_event(cue.frame.channel, event(0x1122334455667788, 77, kEstablished, "tick"));
   CHECK(probe.wait_exit() == 0);
+  daemon.wait_command(RDMA_USER_CM_CMD_GET_EVENT);  // recorded just after its answer went out
   int get_events = 0;
   for (const auto& seen : daemon.seen()) get_events += seen.frame.command == RDMA_USER_CM_CMD_GET_EVENT;
   CHECK(get_events == 1);

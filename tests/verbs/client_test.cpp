@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -845,9 +846,9 @@ void count_alarm(int) { g_alarm_ticks.fetch_add(1, std::memory_order_relaxed); }
 // however loaded the machine is.
 class AlarmTicks {
  public:
-  explicit AlarmTicks(int flags) {
+  explicit AlarmTicks(int flags, void (*handler)(int) = count_alarm) {
     struct sigaction action {};
-    action.sa_handler = count_alarm;
+    action.sa_handler = handler;
     action.sa_flags = flags;
     sigemptyset(&action.sa_mask);
     REQUIRE(::sigaction(SIGALRM, &action, &previous_) == 0);
@@ -959,6 +960,48 @@ TEST_CASE("client: under SA_RESTART a blocking wait sleeps through signals until
     CHECK(event.event_type == static_cast<std::uint32_t>(EventType::CommEst));
   }
   CHECK(g_alarm_ticks.load() >= 25);
+}
+
+TEST_CASE("client: a signal the thread blocks or ignores does not end a blocking wait", "[client]") {
+  ChannelScene scene;
+  std::shared_ptr<client::CompletionQueue> fired;
+  // Nothing to count: the daemon signals after 200 ms of ticks.
+  const auto start = std::chrono::steady_clock::now();
+  const auto later = [start] { return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(200); };
+  Later daemon_signal(later, std::chrono::seconds(20), [&] { scene.complete(); });
+  rusage before{};
+  REQUIRE(::getrusage(RUSAGE_THREAD, &before) == 0);
+  const long cpu_at_start = (before.ru_utime.tv_sec + before.ru_stime.tv_sec) * 1000 +
+                            (before.ru_utime.tv_usec + before.ru_stime.tv_usec) / 1000;
+  SECTION("blocked: it stays pending, its handler not run") {
+    g_alarm_ticks = 0;
+    sigset_t alarm;
+    sigemptyset(&alarm);
+    sigaddset(&alarm, SIGALRM);
+    REQUIRE(::pthread_sigmask(SIG_BLOCK, &alarm, nullptr) == 0);
+    {
+      AlarmTicks ticks(0);
+      CHECK(scene.channel->get_cq_event(fired) == 0);
+      sigset_t pending;
+      REQUIRE(::sigpending(&pending) == 0);
+      CHECK(sigismember(&pending, SIGALRM) == 1);
+    }  // deleting the timer drops its pending signal
+    CHECK(g_alarm_ticks.load() == 0);
+    ::signal(SIGALRM, SIG_IGN);  // drops it, should it still be pending
+    REQUIRE(::pthread_sigmask(SIG_UNBLOCK, &alarm, nullptr) == 0);
+    ::signal(SIGALRM, SIG_DFL);
+  }
+  SECTION("ignored") {
+    AlarmTicks ticks(0, SIG_IGN);
+    CHECK(scene.channel->get_cq_event(fired) == 0);
+  }
+  CHECK(fired == scene.cq);
+  // Asleep, not spinning on the pending or ignored signal: 200 ms of waiting cost the thread
+  // well under 50 ms of CPU (a load only slows a spin down, never makes sleep cost more).
+  rusage used{};
+  REQUIRE(::getrusage(RUSAGE_THREAD, &used) == 0);
+  const auto cpu_ms = [](const timeval& t) { return t.tv_sec * 1000 + t.tv_usec / 1000; };
+  CHECK(cpu_ms(used.ru_utime) + cpu_ms(used.ru_stime) - cpu_at_start < 50);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -10,11 +10,11 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cerrno>
 #include <cstdlib>
@@ -23,6 +23,7 @@
 #include <system_error>
 
 #include "verbs/app/client_internal.h"
+#include "verbs/app/signal_wait.h"
 
 namespace rrdma::verbs::client {
 
@@ -50,23 +51,10 @@ int UniqueFd::release() {
   return fd;
 }
 
-namespace {
-
-// The daemon's end of the connection is closed: it died, or closed us. A peer that is only
-// slow is not hung up.
-bool hung_up(int socket_fd) {
-  pollfd connection{socket_fd, 0, 0};
-  return ::poll(&connection, 1, 0) == 1 && (connection.revents & (POLLHUP | POLLERR)) != 0;
-}
-
-}  // namespace
-
 Result<EventWait> EventWait::create(int socket_fd) {
   EventWait made;
   made.socket_fd_ = socket_fd;
-  // Blocking: the wait sleeps in read(2) of it. Every other read is RWF_NOWAIT (try_read),
-  // and the daemon's writes never depend on the mode.
-  made.event_fd_ = UniqueFd(::eventfd(0, EFD_CLOEXEC));
+  made.event_fd_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!made.event_fd_.valid()) return {errno, {}};
   made.epoll_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
   if (!made.epoll_.valid()) return {errno, {}};
@@ -80,74 +68,48 @@ Result<EventWait> EventWait::create(int socket_fd) {
   hangup.events = 0;
   hangup.data.fd = socket_fd;
   if (::epoll_ctl(made.epoll_.get(), EPOLL_CTL_ADD, socket_fd, &hangup) != 0) return {errno, {}};
-  made.relay_ = HangupRelay::arm(socket_fd, made.event_fd_.get());
   return {0, std::move(made)};
-}
-
-bool EventWait::try_read(std::uint64_t& count) {
-  iovec into{&count, sizeof(count)};
-  return ::preadv2(event_fd_.get(), &into, 1, -1, RWF_NOWAIT) == static_cast<ssize_t>(sizeof(count));
-}
-
-bool EventWait::daemon_gone() const { return hung_up(socket_fd_); }
-
-void EventWait::pass_on_hangup() {
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t ignored = ::write(event_fd_.get(), &one, sizeof(one));
 }
 
 int EventWait::wait(int timeout_ms, Woken& woken, std::uint64_t& count) {
   // The application makes its fd non-blocking on fd(), the epoll fd: that is what decides.
   const int flags = ::fcntl(epoll_.get(), F_GETFL);
   const bool non_blocking = flags >= 0 && (flags & O_NONBLOCK) != 0;
-  // A signal the daemon sent before it died still counts: its events come first.
-  if (try_read(count)) {
-    woken = Woken::Signalled;
-    return 0;
-  }
-  if (daemon_gone()) {
-    pass_on_hangup();
-    count = 0;
-    woken = Woken::DaemonGone;
-    return 0;
-  }
-  if (non_blocking) return EAGAIN;
-  if (timeout_ms < 0 && relay_) return sleep_in_read(woken, count);
-  return wait_in_epoll(timeout_ms, woken, count);
-}
-
-// The kernel restarts the read after a handler with SA_RESTART and fails it with EINTR after
-// one without. The count read may be the relay's 1 for the daemon's death: the caller's next
-// wait finds the hang-up.
-int EventWait::sleep_in_read(Woken& woken, std::uint64_t& count) {
-  const ssize_t n = ::read(event_fd_.get(), &count, sizeof(count));
-  if (n < 0) return errno;
-  if (n != static_cast<ssize_t>(sizeof(count))) return EIO;
-  woken = Woken::Signalled;
-  return 0;
-}
-
-// A timed wait (no kernel wait has a timeout to match), or no relay: epoll over the eventfd
-// and the connection, which goes on through every signal.
-int EventWait::wait_in_epoll(int timeout_ms, Woken& woken, std::uint64_t& count) {
+  if (!non_blocking && timeout_ms < 0) return sleep(woken, count);
+  const int timeout = non_blocking ? 0 : timeout_ms;
   for (;;) {
     epoll_event ready[2];
-    const int n = ::epoll_wait(epoll_.get(), ready, 2, timeout_ms);
+    const int n = ::epoll_wait(epoll_.get(), ready, 2, timeout);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno;
-    if (n == 0) return ETIMEDOUT;
-    if (try_read(count)) {
-      woken = Woken::Signalled;
-      return 0;
-    }
-    if (daemon_gone()) {
-      pass_on_hangup();
-      count = 0;
-      woken = Woken::DaemonGone;
-      return 0;
-    }
+    if (n == 0) return non_blocking ? EAGAIN : ETIMEDOUT;
+    bool gone = false;
+    for (int i = 0; i < n; ++i) gone = gone || ready[i].data.fd == socket_fd_;
+    if (take(gone, woken, count)) return 0;
     // Another reader took the count first: wait again.
   }
+}
+
+// As a kernel provider's read(2) of the channel: a signal handler without SA_RESTART ends
+// the sleep with EINTR, one with SA_RESTART does not (signal_wait.h).
+int EventWait::sleep(Woken& woken, std::uint64_t& count) {
+  for (;;) {
+    std::array<pollfd, 2> fds{{{event_fd_.get(), POLLIN, 0}, {socket_fd_, 0, 0}}};
+    if (const int error = sleep_as_read(fds); error != 0) return error;
+    if (take(fds[1].revents != 0, woken, count)) return 0;
+  }
+}
+
+// A signal the daemon sent before it died still counts: its events come first.
+bool EventWait::take(bool daemon_gone, Woken& woken, std::uint64_t& count) {
+  if (::read(event_fd_.get(), &count, sizeof(count)) == static_cast<ssize_t>(sizeof(count))) {
+    woken = Woken::Signalled;
+    return true;
+  }
+  if (!daemon_gone) return false;
+  count = 0;
+  woken = Woken::DaemonGone;
+  return true;
 }
 
 std::optional<std::uint32_t> ring_capacity_for(std::uint32_t entries) {
@@ -292,6 +254,13 @@ int Context::handshake() {
 control::Message Context::new_request(MessageType type) { return control::make_request(type, 0); }
 
 namespace {
+
+// The daemon's end of the connection is closed: it died, or closed us. A peer that is only
+// slow is not hung up.
+bool hung_up(int socket_fd) {
+  pollfd connection{socket_fd, 0, 0};
+  return ::poll(&connection, 1, 0) == 1 && (connection.revents & (POLLHUP | POLLERR)) != 0;
+}
 
 std::int64_t coarse_now_ms() {
   timespec now{};

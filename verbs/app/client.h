@@ -37,7 +37,6 @@
 
 #include "verbs/contract/abi.h"
 #include "verbs/app/api.h"
-#include "verbs/app/hangup_relay.h"
 #include "verbs/contract/control_protocol.h"
 #include "verbs/contract/ring.h"
 
@@ -102,16 +101,12 @@ class UniqueFd {
 inline constexpr std::int64_t kLivenessCheckIntervalMs = 10;
 
 // What an application waits on for a context's async events or a channel's completions
-// (ibv_context.async_fd, ibv_comp_channel.fd): an epoll fd over the eventfd the daemon writes
-// and the connection to the daemon, the latter registered for hang-up only. The fd is
-// readable when the daemon signals *or* dies, and it is the kernel that notices: a program
-// asleep in poll() on its async fd or channel fd learns of the death with no thread of ours
-// watching. The eventfd itself is private; the application's O_NONBLOCK is the one it sets
-// on fd().
-//
-// A blocking wait without a timeout sleeps in read(2) of the eventfd, not in epoll_wait, so
-// that a signal ends it or not as the handler's SA_RESTART says, as with a kernel channel;
-// a HangupRelay makes the kernel write the eventfd when the daemon dies (hangup_relay.h).
+// (ibv_context.async_fd, ibv_comp_channel.fd): an epoll fd over the eventfd the daemon
+// writes and the connection to the daemon, the latter registered for hang-up only. The fd
+// is readable when the daemon signals *or* dies, and it is the kernel that notices: a
+// program asleep in poll() on its async fd or channel fd learns of the death with no thread
+// of ours watching. The eventfd itself is private (and non-blocking): the application's
+// O_NONBLOCK is the one it sets on fd().
 class EventWait {
  public:
   // The socket is the context's connection; it stays owned by the Context.
@@ -123,25 +118,20 @@ class EventWait {
   enum class Woken { Signalled, DaemonGone };
   // Waits for the daemon's signal (0, `count` = the counter read) or its hang-up (0,
   // DaemonGone); EAGAIN when fd() is non-blocking and neither came; ETIMEDOUT after
-  // timeout_ms >= 0. Without a timeout, EINTR when a signal handler without SA_RESTART ran
-  // (one with SA_RESTART does not end the wait); a timed wait goes on through signals.
+  // timeout_ms >= 0. Without a timeout it sleeps as a kernel channel's read(2) does: EINTR
+  // after a signal handler installed without SA_RESTART, none after one with it
+  // (signal_wait.h); a timed wait goes on through signals.
   int wait(int timeout_ms, Woken& woken, std::uint64_t& count);
-  // Reads the counter if it is not zero, never blocking.
-  bool try_read(std::uint64_t& count);
-  // The daemon's end of the connection is closed.
-  bool daemon_gone() const;
 
  private:
-  int sleep_in_read(Woken& woken, std::uint64_t& count);
-  int wait_in_epoll(int timeout_ms, Woken& woken, std::uint64_t& count);
-  // The relay adds 1 once: whoever finds the hang-up adds 1 again, for the next thread
-  // asleep in read(2).
-  void pass_on_hangup();
+  int sleep(Woken& woken, std::uint64_t& count);
+  // Takes the counter if the daemon wrote it, else the hang-up if `daemon_gone`; false if
+  // neither.
+  bool take(bool daemon_gone, Woken& woken, std::uint64_t& count);
 
   UniqueFd epoll_;
   UniqueFd event_fd_;
   int socket_fd_ = -1;
-  std::unique_ptr<HangupRelay> relay_;  // nullptr: the kernel refused aio; waits use epoll
 };
 
 // ---------------------------------------------------------------------------------------

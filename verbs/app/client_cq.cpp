@@ -63,15 +63,13 @@ int Context::get_async_event(AsyncEventEntry& out, int timeout_ms) {
 // while events are queued). Clear first, look second: an event published before a write we
 // cleared is seen here, and we make the fd readable again ourselves; a write that comes
 // after the clear makes it readable anyway. Only the daemon's lag between publishing and
-// writing can still leave a count behind (docs/VERBS_CLIENT.md, "Known limits"). The count
-// cleared may also be the hang-up relay's, which another thread asleep in get_async_event
-// waits for: once the daemon is gone, it goes back too.
+// writing can still leave a count behind (docs/VERBS_CLIENT.md, "Known limits").
 void Context::settle_event_fd() {
   std::lock_guard lock(event_mutex_);
   if (!event_ring_ || event_ring_->available() != 0) return;
-  std::uint64_t count = 0;
-  if (!event_wait_.try_read(count)) return;
-  if (event_ring_->available() == 0 && !event_wait_.daemon_gone()) return;
+  std::uint64_t count = 0;  // the eventfd is non-blocking: nothing to read is EAGAIN
+  if (::read(event_wait_.event_fd(), &count, sizeof(count)) != static_cast<ssize_t>(sizeof(count))) return;
+  if (event_ring_->available() == 0) return;
   const std::uint64_t one = 1;
   [[maybe_unused]] const ssize_t ignored = ::write(event_wait_.event_fd(), &one, sizeof(one));
 }
