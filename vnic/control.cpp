@@ -111,6 +111,10 @@ void raise_send_buffer(int fd, std::size_t bytes) {
 int open_reserve() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 // Bytes sent on the connection and not yet read by its peer (SIOCOUTQ).
+// Unread reply bytes a connection may hold when it sends its next request: far above what a
+// pipelining client's small replies reach, below one large reply held whole.
+constexpr std::size_t kMaxUnreadBytesPerConnection = 128 * 1024;
+
 std::size_t unread_bytes(int fd) {
   int queued = 0;
   return ::ioctl(fd, SIOCOUTQ, &queued) == 0 && queued > 0 ? static_cast<std::size_t>(queued) : 0;
@@ -350,9 +354,11 @@ bool ControlServer::serve_admin(int fd) {
     drop(fd);
     return false;
   }
-  // A client asks again only once it has read its reply (ControlClient does): one that does
-  // not read must not pile reply on reply (found by the probe of issue 27).
-  if (unread_bytes(fd) > 0) {
+  // A client that does not read must not pile reply on reply (found by the probe of issue 27:
+  // a large reply raises the send buffer to hold it whole). Small replies a pipelining client
+  // has not read yet are bounded by the socket's own buffer; past a large one's worth of
+  // unread bytes the connection goes.
+  if (unread_bytes(fd) > kMaxUnreadBytesPerConnection) {
     ++counters_.dropped_unread_replies;
     drop(fd);
     return false;

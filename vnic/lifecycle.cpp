@@ -284,10 +284,12 @@ std::optional<std::string> ask_to_stop(const std::string& name) {
 // Every name with a socket or pid file under the runtime directory, sorted.
 std::set<std::string> names_in_runtime_dir() {
   std::set<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(runtime_dir(), ec)) {
-    const auto extension = entry.path().extension();
-    if (extension == ".sock" || extension == ".pid") names.insert(entry.path().stem().string());
+  for (const auto& dir : runtime_dirs()) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const auto extension = entry.path().extension();
+      if (extension == ".sock" || extension == ".pid") names.insert(entry.path().stem().string());
+    }
   }
   return names;
 }

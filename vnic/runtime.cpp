@@ -69,7 +69,7 @@ bool same_inode(int fd, const std::filesystem::path& path) {
 std::filesystem::path runtime_dir() {
   if (const char* dir = std::getenv("RRDMA_RUN_DIR"); dir != nullptr && *dir != '\0') return dir;
   const uid_t uid = ::geteuid();
-  if (uid == 0) return "/run/rrdma";
+  if (uid == 0) return kRootRuntimeDir;
   if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg == '/') {
     struct stat status{};
     if (::stat(xdg, &status) == 0 && S_ISDIR(status.st_mode) && status.st_uid == uid) {
@@ -96,8 +96,23 @@ void ensure_runtime_dir(const std::filesystem::path& dir) {
   }
 }
 
+std::vector<std::filesystem::path> runtime_dirs() {
+  std::vector<std::filesystem::path> dirs{runtime_dir()};
+  if (dirs.front() != kRootRuntimeDir && std::getenv("RRDMA_RUN_DIR") == nullptr) dirs.emplace_back(kRootRuntimeDir);
+  return dirs;
+}
+
+// A name found in the user's own directory is there; else one of root's (`up --group`
+// lets members use it); else the user's own, where `up` makes it.
 RuntimePaths RuntimePaths::of(const std::string& name) {
-  const auto dir = runtime_dir();
+  std::filesystem::path dir = runtime_dir();
+  std::error_code ec;
+  for (const auto& candidate : runtime_dirs()) {
+    if (std::filesystem::exists(candidate / (name + ".pid"), ec) || std::filesystem::exists(candidate / (name + ".sock"), ec)) {
+      dir = candidate;
+      break;
+    }
+  }
   return {dir / (name + ".pid"), dir / (name + ".sock"), dir / (name + ".state"),
           dir / (name + ".log")};
 }

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,10 @@ namespace rrdma::vnic {
 // set; else /run/rrdma for root, $XDG_RUNTIME_DIR/rrdma (when that is the user's own
 // directory) or /tmp/rrdma-UID for anyone else.
 std::filesystem::path runtime_dir();
+// The directories a name is looked up in, in order: runtime_dir(), and for an ordinary user
+// (without $RRDMA_RUN_DIR) also root's /run/rrdma, whose vnics `up --group` may open to them.
+inline constexpr const char* kRootRuntimeDir = "/run/rrdma";
+std::vector<std::filesystem::path> runtime_dirs();
 // Creates it if missing (0700 for a non-root user), whose it must be and whom alone it lets write (throws).
 void ensure_runtime_dir(const std::filesystem::path& dir);
 

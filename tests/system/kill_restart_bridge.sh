@@ -24,6 +24,7 @@ pid_alive "$pid" || fail "no running daemon in $RUN_DIR/$VNIC.pid ('$pid')"
 log "kill -9 $pid, then up --create-bridge again"
 kill -9 "$pid"
 wait_until 10 "daemon $pid to die" eval "! pid_alive $pid"
+wait_until 30 "the killed daemon's TAP to go (the kernel closes its fd after the death)" eval "! link_exists $VNIC"
 vnic_up "$VNIC" --ip "$VNIC_IP/24" --mac "$(mac_for 1)" --bridge "$BR" --create-bridge
 log "  up said: $(tr '\n' ' ' < "$TMPD/up.err") $(tr '\n' ' ' < "$TMPD/up.out")"
 [[ "$(cat "/sys/class/net/$BR/ifindex" 2>/dev/null)" == "$bridge_index" ]] ||

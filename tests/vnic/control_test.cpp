@@ -240,7 +240,7 @@ TEST_CASE("control server: an rdma_cm channel is the daemon's socketpair, never 
 
 // Issue 27 item 7: a member that never read its replies kept a large reply queued in the
 // kernel per connection (the send buffer is raised to hold a chunked reply whole). Now one
-// connection holds one unread reply at most (asking again ends it), and a uid's connections
+// connection holds at most 128 KiB of unread replies when it asks again (then it ends), and a uid's connections
 // together leave at most unread_reply_bytes_per_uid unread: a large reply past it is an error.
 TEST_CASE("control server: replies left unread are bounded per connection and per uid", "[vnic][control]") {
   test::TempRunDir dir;
