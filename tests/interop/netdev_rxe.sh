@@ -185,7 +185,8 @@ guest_script() {
     script+="rrdma-$( [[ ${KINDS[$i]} == cm ]] && echo cm- )connect c-${NAMES[$i]} $CONNECT_LIMIT timeout $GUEST_LIMIT "
     script+="$(expand "${CLIENTS[$i]}" "$ND_IP" "$port" '$RRDMA_DEV' '$RRDMA_GID_INDEX'); "
   done
-  echo "$script$(counters_line end)"
+  # rxe's kernel messages (the console is "quiet": warnings do not reach it).
+  echo "$script$(counters_line end) dmesg | grep -iE 'rxe|icrc' | sed 's/^/rxe dmesg: /'"
 }
 
 # rxe servers, our clients. Returns non-zero when a server is stuck (the VM must be stopped).
@@ -214,6 +215,7 @@ rxe_servers() {
       [[ "$server_status" == timeout ]] && return 1
     fi
   done
+  return 0
 }
 
 # wait_nd_listener PORT: until `status --json` lists an rdma_cm listener on PORT (10 s at most;
@@ -266,10 +268,21 @@ soft_eq() { [[ "$1" == "$2" ]] || fail_case "$3: expected '$2', got '$1'"; }
 soft_ge() { [[ "$1" =~ ^[0-9]+$ ]] && (( $1 >= $2 )) || fail_case "$3: expected at least $2, got '$1'"; }
 soft_le() { [[ "$1" =~ ^[0-9]+$ ]] && (( $1 <= $2 )) || fail_case "$3: expected at most $2, got '$1'"; }
 
+# selected PHASE: some case of PHASE is selected (RRDMA_INTEROP_CASES).
+selected() {
+  local direction
+  for direction in rxe-server nd-server; do
+    select_cases "$1" "$direction"
+    (( ${#NAMES[@]} == 0 )) || return 0
+  done
+  return 1
+}
+
 # phase NAME PORT_BASE: one VM, both directions, captured on the veth.
 phase() {
   local name=$1 vm=$1 started=$SECONDS stuck=0 k
   PORT_BASE=$2
+  selected "$name" || return 0
   ip netns exec "$NS" tshark -i "$VETH" -f "udp port 4791" -w "$TMPD/$name.pcapng" \
     >"$TMPD/tshark.out" 2>"$TMPD/tshark.err" &
   TSHARK_PID=$!
@@ -306,6 +319,7 @@ our_delta() {  # our_delta PHASE layer.name
 # check_phase PHASE: the capture and the counters.
 check_phase() {
   local name=$1 capture=$TMPD/$1.pcapng ours theirs
+  selected "$name" || return 0
   log "--- phase $name: the wire"
   "$RRDMA_NETDEV_WIRE_CHECK" "$capture" --ours "$ND_IP" --peer "$VM_IP" >"$TMPD/wire_check.$name" 2>&1 ||
     fail_case "$name: rrdma_netdev_wire_check refuses frames: $(grep -vE ': ok$' "$TMPD/wire_check.$name" | head -n 8)"
@@ -346,8 +360,10 @@ start_loss
 phase loss 21200
 stop_loss
 log "nftables dropped ${OURS_LOST:-?} of our RoCE frames and ${THEIRS_LOST:-?} of rxe's (no MADs)"
-expect_ge "${OURS_LOST:-x}" 1 "our frames dropped in the loss phase"
-expect_ge "${THEIRS_LOST:-x}" 1 "rxe's frames dropped in the loss phase"
+if [[ -z "${RRDMA_INTEROP_CASES:-}" ]]; then
+  expect_ge "${OURS_LOST:-x}" 1 "our frames dropped in the loss phase"
+  expect_ge "${THEIRS_LOST:-x}" 1 "rxe's frames dropped in the loss phase"
+fi
 check_phase loss
 
 log "--- netdev $ND_IP (uid $USER_ID) against rxe $VM_IP"
