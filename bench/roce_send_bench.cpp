@@ -20,7 +20,7 @@
 #include "stack/arp.h"
 #include "stack/ethernet.h"
 #include "stack/interface.h"
-#include "vnic/roce_port.h"
+#include "vnic/ports/roce_port.h"
 
 namespace {
 

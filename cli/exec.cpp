@@ -159,6 +159,8 @@ std::string interfaces_variable(const std::vector<verbs::sysfs::DeviceValues>& v
   for (const auto& vnic : vnics) {
     const auto status = vnic::query_vnic(vnic.name, "status");
     if (!status.reply || !status.reply->contains("ip") || !(*status.reply)["ip"].is_string()) continue;
+    // A --netdev device's addresses are the kernel's interface's: getifaddrs has them already.
+    if (status.reply->value("netdev", nlohmann::json()).is_string()) continue;
     if (!text.empty()) text += ';';
     text += vnic.name + "=" + (*status.reply)["ip"].get<std::string>();
   }

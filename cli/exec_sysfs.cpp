@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "verbs/app/client.h"
+#include "vnic/lifecycle.h"
 
 namespace rrdma::cli {
 namespace {
@@ -164,6 +165,11 @@ std::vector<sysfs::DeviceValues> query_vnics(const std::string& device) {
     if (const int error = query_one(name, one); error != 0) {
       std::cerr << "rrdma-vnic: vnic " << name << " is left out of the sysfs view: " << std::strerror(error) << "\n";
       continue;
+    }
+    // A --netdev device runs on an interface of the kernel's: its GIDs' netdev is that one.
+    if (const auto status = vnic::query_vnic(name, "status");
+        status.reply && status.reply->value("netdev", nlohmann::json()).is_string()) {
+      one.netdev = (*status.reply)["netdev"].get<std::string>();
     }
     values.push_back(std::move(one));
   }

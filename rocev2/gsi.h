@@ -10,7 +10,7 @@
 // 256-byte MAD is handed to the MadHandler. Everything else is counted under its reason and
 // dropped. Sent: a MAD from QP 1 to QP 1 of a peer, as rxe's GSI QP sends it (docs/GSI.md
 // has the rxe source lines for each field). Pure: no I/O; packets leave through a GsiLink
-// the daemon implements (vnic/roce_port.h), time is passed in.
+// the daemon implements (vnic/ports/roce_port.h), time is passed in.
 #pragma once
 
 #include <array>
@@ -101,7 +101,7 @@ class MadHandler {
   virtual void on_mad(const ReceivedMad& mad, Instant now) = 0;
 };
 
-// Where the endpoint's packets go (the daemon: vnic/roce_port.h, through the one frame path
+// Where the endpoint's packets go (the daemon: vnic/ports/roce_port.h, through the one frame path
 // with ARP as for any packet). True if the packet was taken: sent, or waiting for ARP.
 class GsiLink {
  public:

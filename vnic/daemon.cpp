@@ -25,9 +25,9 @@
 #include "vnic/event_loop.h"
 #include "vnic/external_changes.h"
 #include "vnic/link.h"
-#include "vnic/netdev_port.h"
+#include "vnic/ports/netdev_port.h"
 #include "vnic/report.h"
-#include "vnic/roce_port.h"
+#include "vnic/ports/roce_port.h"
 #include "vnic/tap.h"
 #include "vnic/telemetry.h"
 

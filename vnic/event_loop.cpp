@@ -131,9 +131,6 @@ EventLoop::EventLoop(const EventLoopConfig& config) : config_(config) {
 
   tx_memory_bytes_ = config_.tx_slots * config_.frame_buffer_size;
   tx_memory_ = map_anonymous(tx_memory_bytes_);
-  iovec tx_region{tx_memory_, tx_memory_bytes_};
-  rc = io_uring_register_buffers(&ring_, &tx_region, 1);
-  if (rc < 0) throw std::system_error(-rc, std::generic_category(), "register transmit buffers");
   for (std::uint32_t slot = config_.tx_slots; slot-- > 0;) free_tx_slots_.push_back(slot);
 
   multishot_read_ = config_.multishot_read && kernel_supports(ring_, kOpReadMultishot);
@@ -164,8 +161,20 @@ io_uring_sqe* EventLoop::next_sqe() {
   return sqe;
 }
 
+// A TAP's writes come from registered buffers (no page pinning per write). Registering pins
+// them for good, charged to the user's RLIMIT_MEMLOCK (an ordinary user has 8 MiB on
+// Debian, shared by all its rings): refused, the writes go unregistered. A socket's sendmsg
+// cannot use them, so a datagram socket never pins them.
+void EventLoop::register_transmit_buffers() {
+  if (tx_buffers_registered_ || datagram_socket_) return;
+  iovec tx_region{tx_memory_, tx_memory_bytes_};
+  tx_buffers_registered_ = io_uring_register_buffers(&ring_, &tx_region, 1) == 0;
+  counters_.fixed_buffers = tx_buffers_registered_ ? 1 : 0;
+}
+
 void EventLoop::attach_frame_device(int fd, FrameHandler on_frame) {
   frame_fd_ = fd;
+  register_transmit_buffers();
   on_frame_ = std::move(on_frame);
   // The device in io_uring's registered file table: every read and write then skips the
   // per-operation file lookup and reference count (fget/fput). The plain fd still works
@@ -230,7 +239,11 @@ void EventLoop::queue_write(std::uint32_t slot, std::size_t size, const Datagram
     return;
   }
   io_uring_sqe* sqe = next_sqe();
-  io_uring_prep_write_fixed(sqe, frame_fd_, slot_memory(slot), static_cast<unsigned>(size), 0, 0);
+  if (tx_buffers_registered_) {
+    io_uring_prep_write_fixed(sqe, frame_fd_, slot_memory(slot), static_cast<unsigned>(size), 0, 0);
+  } else {
+    io_uring_prep_write(sqe, frame_fd_, slot_memory(slot), static_cast<unsigned>(size), 0);
+  }
   target_frame_device(sqe);
   io_uring_sqe_set_data64(sqe, tag(Kind::kWrite, slot));
   ++inflight_;

@@ -86,6 +86,7 @@ struct LoopCounters {
   std::uint64_t timer_expirations = 0;
   std::uint64_t multishot_read = 0;       // 1 when the kernel supports it
   std::uint64_t fixed_file = 0;           // 1 when the frame device is a registered file
+  std::uint64_t fixed_buffers = 0;        // 1 when the TAP's writes come from registered buffers
   std::uint64_t busy_polls = 0;           // waits that spun before sleeping
   std::uint64_t busy_poll_hits = 0;       // ... and found a completion without sleeping
 };
@@ -210,6 +211,7 @@ class EventLoop {
   bool queue_or_backlog(ByteSpan bytes, const DatagramDestination& destination);
   void deliver_datagram(std::uint8_t* buffer, std::size_t length, Instant now);
   void arm_frame_reads();
+  void register_transmit_buffers();
   void target_frame_device(io_uring_sqe* sqe) const;
   void arm_watch(std::uint64_t id, int fd);
   void arm_timer(std::optional<Instant> deadline);
@@ -253,6 +255,7 @@ class EventLoop {
   std::uint8_t* tx_memory_ = nullptr;
   std::size_t tx_memory_bytes_ = 0;
   std::vector<std::uint32_t> free_tx_slots_;
+  bool tx_buffers_registered_ = false;
   std::deque<Waiting> tx_backlog_;  // frames waiting for a slot, oldest first
   // The datagram socket device: the multishot recvmsg's header (only its name and control
   // lengths are read) and one message per transmit slot.

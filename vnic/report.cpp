@@ -199,6 +199,7 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const LoopCounters& c) 
           {"timer_expirations", c.timer_expirations},
           {"multishot_read", c.multishot_read},
           {"fixed_file", c.fixed_file},
+          {"fixed_buffers", c.fixed_buffers},
           {"busy_polls", c.busy_polls},
           {"busy_poll_hits", c.busy_poll_hits}};
 }

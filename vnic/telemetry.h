@@ -14,7 +14,7 @@
 #include "stack/interface.h"
 #include "vnic/capture.h"
 #include "vnic/event_loop.h"
-#include "vnic/roce_port.h"
+#include "vnic/ports/roce_port.h"
 #include "vnic/roce_stats.h"
 #include "vnic/trace.h"
 

@@ -135,3 +135,13 @@ TEST_CASE("sysfs view: every vnic, uverbs numbers in the given order, parents fi
   CHECK(sysfs::device_path("rva") == "/sys/class/infiniband/rva");
   CHECK(sysfs::uverbs_path(3) == "/sys/class/infiniband_verbs/uverbs3");
 }
+
+TEST_CASE("sysfs view: a --netdev device's GIDs and parent name the interface it runs on", "[sysfs][netdev]") {
+  sysfs::DeviceValues device = rxe_like();
+  const auto tap = files_of(sysfs::build_view({device}));
+  CHECK(tap.at("/sys/class/infiniband/rxe0/ports/1/gid_attrs/ndevs/0") == "rxe0\n");
+  device.netdev = "eth0";
+  const auto ours = files_of(sysfs::build_view({device}));
+  CHECK(ours.at("/sys/class/infiniband/rxe0/ports/1/gid_attrs/ndevs/0") == "eth0\n");
+  CHECK(ours.at("/sys/class/infiniband/rxe0/parent") == "eth0\n");
+}

@@ -487,6 +487,10 @@ TEST_CASE("ucma: UD ids resolve each other's QP with SIDR, as udaddy does", "[uc
   REQUIRE(request.event == ucma::kConnectRequest);
   CHECK(request.param.ud.private_data_len == cm::kSidrReqUserDataLength);
   CHECK(std::memcmp(request.param.ud.private_data, "udaddy", 6) == 0);
+  // cma_ib_req_handler gives a SIDR_REQ's CONNECT_REQUEST no address vector (all zero, port 0
+  // included): a UD server learns its client's address from the first receive.
+  const ib_uverbs_ah_attr no_ah{};
+  CHECK(std::memcmp(&request.param.ud.ah_attr, &no_ah, sizeof(no_ah)) == 0);
   rdma_ucm_accept a{};
   a.uid = 0x3000;
   a.id = request.id;
@@ -498,8 +502,17 @@ TEST_CASE("ucma: UD ids resolve each other's QP with SIDR, as udaddy does", "[uc
   CHECK(established.event == ucma::kEstablished);
   CHECK(established.param.ud.qp_num == 0x55);
   CHECK(established.param.ud.qkey == 0x01234567);
-  CHECK(established.param.ud.ah_attr.is_global == 1);
-  CHECK(established.param.ud.ah_attr.grh.dgid[15] == 1);
+  // cma_sidr_rep_handler: ib_init_ah_attr_from_path of the RoCE route, which has a GRH (what
+  // ibv_create_ah needs on RoCE): the peer's IPv4-mapped GID, hop limit 64, GID 0, port 1.
+  const ib_uverbs_ah_attr& ah = established.param.ud.ah_attr;
+  CHECK(ah.is_global == 1);
+  CHECK(ah.port_num == 1);
+  CHECK(ah.dlid == 0);
+  CHECK(ah.grh.sgid_index == 0);
+  CHECK(ah.grh.hop_limit == 64);
+  CHECK(ah.grh.dgid[10] == 0xFF);
+  CHECK(ah.grh.dgid[11] == 0xFF);
+  CHECK(ah.grh.dgid[15] == 1);
 }
 
 TEST_CASE("ucma: destroying a listener takes its unfetched requests with it (REJ 28 to the peer)", "[ucma]") {

@@ -73,6 +73,7 @@ TEST_CASE("frames written to the device reach the handler whole and in order", "
   loop.run();
   CHECK(received == sent);
   CHECK(loop.counters().fixed_file == 1);  // registered files: every kernel since 5.1
+  CHECK(loop.counters().fixed_buffers == 1);  // root's RLIMIT_MEMLOCK has room for them
   CHECK(loop.counters().tap_rx_frames == 5);
   CHECK(loop.counters().tap_rx_bytes == 60 + 1514 + 42 + 100 + 64);
   if (loop.counters().multishot_read == 1) CHECK(loop.counters().rx_buffer_exhausted >= 1);
@@ -363,6 +364,7 @@ TEST_CASE("a datagram socket's datagrams reach the handler with their source, de
   });
   loop.run();
   CHECK(received == sent);
+  CHECK(loop.counters().fixed_buffers == 0);  // a socket's sendmsg cannot use them: none pinned
   for (const Datagram& datagram : meta) {
     CHECK(datagram.source.sin_port == pair.peer_address.sin_port);
     CHECK(datagram.source.sin_addr.s_addr == htonl(INADDR_LOOPBACK));

@@ -16,7 +16,7 @@
 #include "stack/interface.h"
 #include "tests/sample_mad.h"
 #include "tests/verbs/nic_client.h"
-#include "vnic/roce_port.h"
+#include "vnic/ports/roce_port.h"
 
 namespace rrdma::vnic {
 namespace {

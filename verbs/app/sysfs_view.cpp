@@ -5,6 +5,8 @@
 namespace rrdma::verbs::sysfs {
 namespace {
 
+const std::string& netdev_of(const DeviceValues& device) { return device.netdev.empty() ? device.name : device.netdev; }
+
 // rxe's values for what a RoCE port has no use for: no LID and no subnet manager (IBA
 // 14.2.5.6 PortInfo), the default full-membership P_Key at index 0 (IBA 10.9.1.2).
 constexpr const char* kNoLid = "0x0\n";
@@ -45,7 +47,7 @@ void add_gids(Builder& out, const std::string& port, const DeviceValues& device)
     out.file(port + "/gids/" + n, gid_text(gid.value_or(Gid{})));
     if (!gid) continue;
     out.file(port + "/gid_attrs/types/" + n, kRoceV2Type);
-    out.file(port + "/gid_attrs/ndevs/" + n, device.name + "\n");
+    out.file(port + "/gid_attrs/ndevs/" + n, netdev_of(device) + "\n");
   }
 }
 
@@ -77,7 +79,7 @@ void add_device(Builder& out, const DeviceValues& device) {
   out.file(dir + "/node_guid", guid_text(device.node_guid));
   out.file(dir + "/sys_image_guid", guid_text(device.node_guid));  // one node, as rxe
   out.file(dir + "/node_desc", "rrdma-vnic\n");  // rxe: its driver's name
-  out.file(dir + "/parent", device.name + "\n");  // rxe's: the netdev it runs on
+  out.file(dir + "/parent", netdev_of(device) + "\n");  // rxe's: the netdev it runs on
   add_port(out, dir, device);
 }
 

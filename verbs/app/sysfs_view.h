@@ -26,6 +26,7 @@ inline constexpr std::string_view kVerbsClass = "infiniband_verbs";
 // through ibv_query_port, not here).
 struct DeviceValues {
   std::string name;             // the vnic, also its netdev (the TAP) and the device's name
+  std::string netdev;           // `up --netdev`: the interface it runs on (empty: `name`)
   std::uint64_t node_guid = 0;  // as ibv_query_device's node_guid, host order of its bytes
   PortAttributes port;          // port 1
   std::vector<std::optional<Gid>> gids;  // index = GID index; nullopt: no GID there

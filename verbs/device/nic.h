@@ -34,7 +34,7 @@
 
 namespace rrdma::verbs {
 
-// Where the engine's packets go: the daemon's RoCE v2 UDP port (vnic/roce_port.h).
+// Where the engine's packets go: the daemon's RoCE v2 UDP port (vnic/ports/roce_port.h).
 class PacketPort {
  public:
   virtual ~PacketPort() = default;

@@ -1,4 +1,4 @@
-#include "vnic/netdev_port.h"
+#include "vnic/ports/netdev_port.h"
 
 #include <arpa/inet.h>
 #include <net/if.h>

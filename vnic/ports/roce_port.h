@@ -1,6 +1,6 @@
 // The RoCE v2 glue between a medium and the verbs device. RoceEndpoint is what every kind of
 // port shares; RocePort is UDP port 4791 of a TAP vnic's own Interface (the UDP socket of
-// `up --netdev` is vnic/netdev_port.h). Received datagrams are checked as RoCE v2 packets (ICRC over the IPv4 and UDP
+// `up --netdev` is vnic/ports/netdev_port.h). Received datagrams are checked as RoCE v2 packets (ICRC over the IPv4 and UDP
 // headers as received, IBA Annex A17.3.3; then the transport headers) and handed to the Nic
 // with where they came from. A packet the engine sends is checked, then written once into
 // the frame the stack builds (send_udp with rocev2::TransportPayload as the payload and

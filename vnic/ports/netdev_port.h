@@ -21,7 +21,7 @@
 #include "rocev2/icrc.h"
 #include "stack/addresses.h"
 #include "vnic/event_loop.h"
-#include "vnic/roce_port.h"
+#include "vnic/ports/roce_port.h"
 
 namespace rrdma::vnic {
 

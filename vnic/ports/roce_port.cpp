@@ -1,4 +1,4 @@
-#include "vnic/roce_port.h"
+#include "vnic/ports/roce_port.h"
 
 #include "rocev2/encap.h"
 #include "rocev2/icrc.h"
