@@ -230,7 +230,8 @@ wait_nd_listener() {
 
 # Our servers, rxe clients.
 rxe_clients() {
-  local phase=$1 vm=$2 i port out server_pid server_rc client_status direction="$1: netdev server, rxe client"
+  local phase=$1 vm=$2 i port out server_pid server_rc client_status started client_done timing
+  local direction="$1: netdev server, rxe client"
   select_cases "$phase" nd-server
   for i in "${!NAMES[@]}"; do
     port=$(( PORT_BASE + 50 + i )) out=$TMPD/nd-server.$phase.${NAMES[$i]}
@@ -240,16 +241,19 @@ rxe_clients() {
       $(expand "${SERVERS[$i]}" "$ND_IP" "$port" "$DEV" 0) >"$out" 2>&1 &
     server_pid=$!
     BACKGROUND_PIDS+=("$server_pid")
+    started=$SECONDS
     [[ ${KINDS[$i]} == cm ]] && wait_nd_listener "$port"
     client_status=timeout
     await "$vm" "done c-${NAMES[$i]}" 300 && client_status=$MARK_REST
+    client_done=$SECONDS
     server_rc=0
     wait "$server_pid" || server_rc=$?
+    timing="client done after $(( client_done - started ))s, server $(( SECONDS - client_done ))s later"
     [[ ${NAMES[$i]} == send_bw_R ]] && undrop_second_req
     if [[ "$server_rc" == 0 && "$client_status" == 0 ]]; then
-      row "$direction" "${NAMES[$i]}" PASS
+      row "$direction" "${NAMES[$i]}" PASS "$timing"
     else
-      row "$direction" "${NAMES[$i]}" FAIL "netdev server exit $server_rc: $(why "$out") / rxe client: $client_status"
+      row "$direction" "${NAMES[$i]}" FAIL "netdev server exit $server_rc: $(why "$out") / rxe client: $client_status ($timing)"
       fail_case "$direction ${NAMES[$i]}"
     fi
   done
