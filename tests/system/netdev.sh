@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `rrdma-vnic up --netdev` (issue 28): RDMA on an interface a namespace already has, through
 # the kernel's UDP, with no privilege at all. Root only builds the scene: two namespaces
-# joined by one veth pair, each end with one address. Everything else runs as an ordinary uid
+# joined by one veth pair, each end with one address. Everything else runs as uid 65534
 # with no capabilities (setpriv): the daemons, status/stats/down, and the programs, which
 # reach the peer's one address with TCP (their own exchange) and RDMA alike:
 #   - bad use: no such interface, no IPv4 address, UDP 4791 taken, --ip with --netdev,
@@ -32,12 +32,7 @@ IF_A="${PREFIX}a"
 IF_B="${PREFIX}b"
 IP_A="$NET.1"
 IP_B="$NET.2"
-# An ordinary user of this run's own (no passwd entry needed), not nobody: the kernel charges
-# each daemon's io_uring registered buffers to its user's RLIMIT_MEMLOCK (8 MiB by default),
-# across namespaces, so the --netdev daemons of tests running at the same time as one user
-# starve each other ("register transmit buffers: Cannot allocate memory"). OTHER_ID: another.
-USER_ID=$(( 70000 + ID_NUM % 20000 ))
-OTHER_ID=$(( USER_ID + 1 ))
+USER_ID=65534
 register_netns "$NS_A"
 register_netns "$NS_B"
 ip netns add "$NS_A" || fail "cannot create $NS_A"
@@ -66,7 +61,7 @@ as_user() {
 }
 as_user "$NS_A" "$RUN_A" "$USER_ID"; AS_A=("${AS[@]}")
 as_user "$NS_B" "$RUN_B" "$USER_ID"; AS_B=("${AS[@]}")
-as_user "$NS_A" "$RUN_A" "$OTHER_ID"; AS_OTHER=("${AS[@]}")
+as_user "$NS_A" "$RUN_A" 65533; AS_OTHER=("${AS[@]}")
 on_a() { "${AS_A[@]}" "$@"; }
 on_b() { "${AS_B[@]}" "$@"; }
 
@@ -112,9 +107,9 @@ grep -q '^CapEff:\s*0000000000000000' "/proc/$(daemon_pid "$RUN_A" rr0)/status" 
 
 log "another user reaches neither the vnic nor its directory"
 if "${AS_OTHER[@]}" "$RRDMA_VNIC" status rr0 >"$TMPD/other.out" 2>&1; then
-  fail_case "uid $OTHER_ID read rr0's status: $(cat "$TMPD/other.out")"
+  fail_case "uid 65533 read rr0's status: $(cat "$TMPD/other.out")"
 fi
-"${AS_OTHER[@]}" ls "$RUN_A" &>/dev/null && fail_case "uid $OTHER_ID can list $RUN_A"
+"${AS_OTHER[@]}" ls "$RUN_A" &>/dev/null && fail_case "uid 65533 can list $RUN_A"
 
 # run_pair NAME SERVER_ARGS -- CLIENT_ARGS: a server program on A, its client on B dialling
 # A's one address, both as the user under `rrdma-vnic exec`; both must exit 0.
