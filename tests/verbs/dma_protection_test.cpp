@@ -243,7 +243,7 @@ Device open_device_of(TestClient& side, pid_t pid) {
 
 // Issue 27 item 6: before, the daemon's loop made the call itself and waited as long as the
 // page did (here: until StallingFuse gave up after 15 s), and every client with it.
-TEST_CASE("dma stall: memory that never answers stops its own client only; another client's traffic flows") {
+TEST_CASE("dma stall: memory that never answers stops its own client only, another client's traffic flows") {
   auto fuse = std::make_unique<StallingFuse>();
   if (!fuse->mounted()) {
     WARN("skipped: mounting a FUSE file system needs root and /dev/fuse");

@@ -246,7 +246,7 @@ TEST_CASE("quota options: in range they reach the config, out of range they are 
   CHECK(rrdma::vnic::quota_options()[static_cast<std::size_t>(ResourceKind::Qp)].max == 16384u);
 }
 
-TEST_CASE("up --netdev: the interface gives address, MAC and MTU; TAP options are refused", "[vnic][config][netdev]") {
+TEST_CASE("up --netdev: the interface gives address, MAC and MTU, and TAP options are refused", "[vnic][config][netdev]") {
   UpArguments args;
   args.name = "rr0";
   args.netdev = "eth0";

@@ -438,7 +438,7 @@ std::size_t pinned_kib() {
   return 0;
 }
 
-TEST_CASE("a datagram socket's transmit slots pin no memory; a frame device's are registered",
+TEST_CASE("a datagram socket's transmit slots pin no memory, a frame device's are registered",
           "[vnic][loop][netdev]") {
   // A netdev daemon's pool at MTU 9000: 512 slots of 10.25 KiB, 5.1 MiB. Pinned, it counted
   // against the user's RLIMIT_MEMLOCK (8 MiB for all of one user's processes): an ordinary
