@@ -640,15 +640,16 @@ void Daemon::Impl::follow_netdev(Instant now) {
     loop_->stop();
     return;
   }
+  const std::vector<stack::Ipv4Cidr> cidrs = links_.ipv4_addresses(netdev_ifindex_);
   std::vector<stack::Ipv4Address> addresses;
-  for (const stack::Ipv4Cidr& cidr : links_.ipv4_addresses(netdev_ifindex_)) addresses.push_back(cidr.address);
+  for (const stack::Ipv4Cidr& cidr : cidrs) addresses.push_back(cidr.address);
   if (addresses != netdev_port_->addresses()) {
     std::string listed;
     for (const auto& address : addresses) listed += " " + address.to_string();
     log_line("link: " + *config_.netdev + " addresses:" + (listed.empty() ? " none" : listed));
     netdev_port_->set_addresses(addresses);
   }
-  if (!addresses.empty()) config_.address.address = addresses.front();
+  if (!cidrs.empty()) config_.address = cidrs.front();  // GID 0, and its prefix for `status`
   config_.mtu = static_cast<std::uint16_t>(std::clamp<std::uint32_t>(link->mtu, kMinMtu, 65535));
   netdev_port_->set_mtu(config_.mtu);
   nic_->set_address_and_mtu(config_.address.address, config_.mtu, now);
