@@ -177,19 +177,22 @@ stack::MacAddress derive_tap_mac(std::string_view name, const stack::MacAddress&
 
 namespace {
 
-// The quotas and rdma_cm limits, for either kind of device: set, or why they are refused.
-std::string apply_limits(const UpArguments& args, VnicConfig& config) {
+// What both kinds of device take alike (group, quotas and rdma_cm limits, busy polling, the
+// DMA wait): set, or why they are refused.
+std::string apply_shared(const UpArguments& args, VnicConfig& config) {
+  if (args.group && !is_valid_group_name(*args.group)) return "bad group name '" + *args.group + "'";
+  config.group = args.group;
   if (auto error = check_quotas(args.quotas, false); !error.empty()) return error;
   config.quotas = args.quotas;
   if (auto error = check_quotas(args.user_quotas, true); !error.empty()) return error;
   config.user_quotas = args.user_quotas;
   if (auto error = check_cm_limits(args.cm_limits); !error.empty()) return error;
   config.cm_limits = args.cm_limits;
-  return {};
-}
-
-// --dma-wait-ms, for either kind of device: the bound, or why it is refused.
-std::string apply_dma_wait(const UpArguments& args, VnicConfig& config) {
+  if (args.busy_poll_us > kMaxBusyPollMicroseconds) {
+    return "bad --busy-poll-us " + std::to_string(args.busy_poll_us) + ": expected 0.." +
+           std::to_string(kMaxBusyPollMicroseconds);
+  }
+  config.busy_poll_us = args.busy_poll_us;
   if (args.dma_wait_ms > kMaxDmaWaitMilliseconds) {
     return "bad --dma-wait-ms " + std::to_string(args.dma_wait_ms) + ": expected 0.." +
            std::to_string(kMaxDmaWaitMilliseconds);
@@ -212,18 +215,10 @@ Validated validate_netdev(const UpArguments& args) {
                     " has its own address, MAC and MTU");
     }
   }
-  if (args.group && !is_valid_group_name(*args.group)) return refuse("bad group name '" + *args.group + "'");
-  if (args.busy_poll_us > kMaxBusyPollMicroseconds) {
-    return refuse("bad --busy-poll-us " + std::to_string(args.busy_poll_us) + ": expected 0.." +
-                  std::to_string(kMaxBusyPollMicroseconds));
-  }
   VnicConfig config;
-  if (auto error = apply_limits(args, config); !error.empty()) return refuse(error);
+  if (auto error = apply_shared(args, config); !error.empty()) return refuse(error);
   config.name = args.name;
   config.netdev = args.netdev;
-  config.group = args.group;
-  config.busy_poll_us = args.busy_poll_us;
-  if (auto error = apply_dma_wait(args, config); !error.empty()) return refuse(error);
   return {std::move(config), {}};
 }
 
@@ -268,18 +263,10 @@ Validated validate(const UpArguments& args) {
   if (args.bridge && args.uplink && *args.bridge == *args.uplink) {
     return refuse("the uplink cannot be the bridge itself");
   }
-  if (args.group && !is_valid_group_name(*args.group)) return refuse("bad group name '" + *args.group + "'");
-  config.group = args.group;
-  if (auto error = apply_limits(args, config); !error.empty()) return refuse(error);
+  if (auto error = apply_shared(args, config); !error.empty()) return refuse(error);
   config.bridge = args.bridge;
   config.create_bridge = args.create_bridge;
   config.uplink = args.uplink;
-  if (args.busy_poll_us > kMaxBusyPollMicroseconds) {
-    return refuse("bad --busy-poll-us " + std::to_string(args.busy_poll_us) + ": expected 0.." +
-                  std::to_string(kMaxBusyPollMicroseconds));
-  }
-  config.busy_poll_us = args.busy_poll_us;
-  if (auto error = apply_dma_wait(args, config); !error.empty()) return refuse(error);
   return {std::move(config), {}};
 }
 

@@ -168,6 +168,11 @@ std::vector<std::uint8_t> frame_of(const KernelUdpHeaders& headers, ByteSpan pay
   return frame;
 }
 
+// A netdev's MTU as the device's: at least the 576 every host takes, at most what IPv4 can carry.
+std::uint16_t ip_mtu_of(const LinkInfo& link) {
+  return static_cast<std::uint16_t>(std::clamp<std::uint32_t>(link.mtu, kMinMtu, 65535));
+}
+
 // The gid of `up --group`, resolved when the daemon starts.
 std::optional<gid_t> resolve_group(const std::optional<std::string>& name) {
   if (!name) return std::nullopt;
@@ -434,7 +439,7 @@ void Daemon::Impl::open_netdev() {
   }
   config_.address = addresses.front();
   config_.mac = link->mac.value_or(derive_mac(config_.name));
-  config_.mtu = static_cast<std::uint16_t>(std::clamp<std::uint32_t>(link->mtu, kMinMtu, 65535));
+  config_.mtu = ip_mtu_of(*link);
 }
 
 void Daemon::Impl::start_loop() {
@@ -650,7 +655,7 @@ void Daemon::Impl::follow_netdev(Instant now) {
     netdev_port_->set_addresses(addresses);
   }
   if (!cidrs.empty()) config_.address = cidrs.front();  // GID 0, and its prefix for `status`
-  config_.mtu = static_cast<std::uint16_t>(std::clamp<std::uint32_t>(link->mtu, kMinMtu, 65535));
+  config_.mtu = ip_mtu_of(*link);
   netdev_port_->set_mtu(config_.mtu);
   nic_->set_address_and_mtu(config_.address.address, config_.mtu, now);
   ucma_->set_address_and_mtu(config_.address.address, config_.mtu);
