@@ -65,6 +65,7 @@ struct EngineCounters {
   std::uint64_t naks_sent = 0;
   std::uint64_t rnr_naks_sent = 0;
   std::uint64_t writes_not_placed = 0;  // write_not_placed(): NAKed after the host lost a write
+  std::uint64_t owner_gone_drops = 0;   // requests dropped: their memory's owner had exited
   std::uint64_t naks_received = 0;
   std::uint64_t rnr_naks_received = 0;
   std::uint64_t retransmits = 0;

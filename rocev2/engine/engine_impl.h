@@ -322,6 +322,7 @@ class Engine::Impl {
   void send_ack(Qp& qp, Psn psn, std::uint8_t syndrome, PacketDecision d, std::string_view why);
   void owe_ack(Qp& qp, Psn psn);
   void answered(Qp& qp, Psn last);
+  Verdict unreachable(const MrFacts& mr, std::string_view why, WcStatus status);
   void refuse(Qp& qp, const TransportPacket& p, const Verdict& v);
   void remember(Qp& qp, ReplayEntry e);
   const ReplayEntry* recall(const Qp& qp, Psn psn, ReplayEntry::Kind kind) const;

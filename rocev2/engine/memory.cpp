@@ -65,6 +65,8 @@ bool Dma::atomic_write(const MrFacts& mr, std::uint64_t addr, std::uint64_t valu
 
 bool Dma::place_writes(const MrFacts&) { return true; }
 
+bool Dma::owner_gone(const MrFacts&) const { return false; }
+
 bool Dma::read_gather(std::span<const DmaPiece> pieces, std::span<std::uint8_t> out) {
   std::size_t at = 0;
   for (const DmaPiece& piece : pieces) {

@@ -101,6 +101,10 @@ class Dma {
   // CPUs see it (global visibility). True when they have; the default has nothing to do
   // (its writes land when write() returns). False if the memory could not be reached.
   virtual bool place_writes(const MrFacts& mr);
+  // True when `mr`'s owner no longer exists (its process exited): the host is about to
+  // destroy the owner's QPs. The responder then drops a request whose memory failed, as it
+  // drops one for a QP that does not exist, instead of NAKing it (Engine::Impl::unreachable).
+  virtual bool owner_gone(const MrFacts& mr) const;
 };
 
 // A FIFO of receive WQEs. The engine gives each QP its own; an SRQ implements this too and

@@ -85,7 +85,10 @@ void Engine::Impl::rc_request(Qp& qp, const TransportPacket& p) {
       send_ack(qp, psn, rnr_nak_syndrome(qp.attr.min_rnr_timer), PacketDecision::Sent, "RNR NAK");
       return;
     case Verdict::Kind::Nak: refuse(qp, p, v); return;
-    case Verdict::Kind::Drop: observe(qp, p.bth, PacketDecision::Dropped, v.why); return;
+    case Verdict::Kind::Drop:
+      if (s.read_stream) end_read_stream(qp);  // a READ whose first step found the owner gone
+      observe(qp, p.bth, PacketDecision::Dropped, v.why);
+      return;
   }
   const OpcodeFlags f = opcode_info(p.bth.opcode).flags;
   observe(qp, p.bth, PacketDecision::Accepted, opcode_info(p.bth.opcode).name);
@@ -310,7 +313,7 @@ Verdict Engine::Impl::execute_send(Qp& qp, const TransportPacket& p, OpcodeFlags
   if (s.recv_offset + p.payload.size() > total_length(s.recv_sges))
     return Verdict::invalid_request("message longer than the receive buffer", WcStatus::LocLenErr);
   if (!scatter(dma_, s.recv_sges, s.recv_offset, p.payload))
-    return Verdict::operational_error("receive buffer unwritable", WcStatus::LocProtErr);
+    return unreachable(s.recv_sges.front().mr, "receive buffer unwritable", WcStatus::LocProtErr);
   s.recv_offset += p.payload.size();
   s.expected_psn = p.bth.psn + 1;
   if (!f.has(OpcodeFlags::kEnd)) return Verdict::ok();
@@ -359,7 +362,7 @@ Verdict Engine::Impl::execute_write(Qp& qp, const TransportPacket& p, OpcodeFlag
   if (size > s.write_remaining || (f.has(OpcodeFlags::kEnd) && size != s.write_remaining))
     return Verdict::invalid_request("payload does not add up to the RETH length");
   if (size > 0 && !dma_.write(*s.write_mr, s.write_va, p.payload))
-    return Verdict::operational_error("target memory unwritable", WcStatus::RemOpErr);
+    return unreachable(*s.write_mr, "target memory unwritable", WcStatus::RemOpErr);
   s.write_va += size;
   s.write_remaining -= size;
   s.expected_psn = p.bth.psn + 1;
@@ -411,7 +414,7 @@ Verdict Engine::Impl::execute_atomic(Qp& qp, const TransportPacket& p) {
   const std::optional<std::uint64_t> original =
       p.bth.opcode == Opcode::RcCompareSwap ? dma_.compare_swap(*mr, a.virtual_address, a.compare, a.swap_add)
                                             : dma_.fetch_add(*mr, a.virtual_address, a.swap_add);
-  if (!original) return Verdict::operational_error("target memory unreachable", WcStatus::RemOpErr);
+  if (!original) return unreachable(*mr, "target memory unreachable", WcStatus::RemOpErr);
   s.expected_psn = p.bth.psn + 1;
   s.msn = next(s.msn);
   remember(qp, {p.bth.psn, ReplayEntry::Kind::Atomic, *original});
@@ -435,7 +438,7 @@ Verdict Engine::Impl::execute_atomic_write(Qp& qp, const TransportPacket& p) {
   std::uint64_t value = 0;
   std::memcpy(&value, p.payload.data(), sizeof value);  // the bytes as sent: no byte order
   if (!dma_.atomic_write(*mr, reth.virtual_address, value))
-    return Verdict::operational_error("target memory unwritable", WcStatus::RemOpErr);
+    return unreachable(*mr, "target memory unwritable", WcStatus::RemOpErr);
   finish_placement(qp, p.bth.psn);
   return Verdict::ok();
 }
@@ -455,7 +458,7 @@ Verdict Engine::Impl::execute_flush(Qp& qp, const TransportPacket& p) {
   if (reth.dma_length > kMaxMessage) return Verdict::invalid_request("DMA length above 2^31");
   const std::optional<MrFacts> mr = flush_target(qp, reth, type, level);
   if (!mr) return Verdict::access_error("R_Key, PD, FLUSH access or bounds check failed");
-  if (!dma_.place_writes(*mr)) return Verdict::operational_error("target memory unreachable", WcStatus::RemOpErr);
+  if (!dma_.place_writes(*mr)) return unreachable(*mr, "target memory unreachable", WcStatus::RemOpErr);
   finish_placement(qp, p.bth.psn);
   return Verdict::ok();
 }
@@ -554,7 +557,7 @@ Verdict Engine::Impl::step_read_stream(Qp& qp) {
       const std::optional<std::span<const std::uint8_t>> payload =
           read_ahead_.get({&qp, r.first.value(), true}, offset, size, window,
                           [&](std::span<std::uint8_t> room) { return dma_.read(*mr, r.va + offset, room); });
-      if (!payload) return Verdict::operational_error("source memory unreadable", WcStatus::RemOpErr);
+      if (!payload) return unreachable(*mr, "source memory unreadable", WcStatus::RemOpErr);
       out.payload = *payload;
     }
     emit(qp, path_of(qp), out, r.duplicate ? PacketDecision::Retransmitted : PacketDecision::Sent,
@@ -582,6 +585,7 @@ void Engine::Impl::end_read_stream(Qp& qp) {
 void Engine::Impl::abort_read_stream(Qp& qp, const Verdict& v) {
   const Psn psn = qp.resp.read_stream->first + qp.resp.read_stream->next;
   end_read_stream(qp);
+  if (v.kind == Verdict::Kind::Drop) return;  // the owner is gone (unreachable): no answer
   ++counters_.naks_sent;
   send_ack(qp, psn, nak_syndrome(v.code), PacketDecision::Sent, "NAK");
   enter_error(qp, v.why, v.event);
@@ -650,6 +654,20 @@ void Engine::Impl::send_ack(Qp& qp, Psn psn, std::uint8_t syndrome, PacketDecisi
   emit(qp, path_of(qp), out, d, why);
   // A NAK's PSN is the one not executed: it acknowledges those before it.
   answered(qp, syndrome == ack_syndrome() ? psn : psn - 1);
+}
+
+// Memory a request needed could not be reached. rxe pins a process's pages at registration
+// and keeps them until its QPs are destroyed, so a peer never learns of that process's death
+// from its memory: its requests are served until the QP goes, then dropped as for any QP
+// that does not exist. Here a dead owner's memory fails at once, before the host has
+// destroyed its QPs; a NAK would tell the peer of an operational error rxe never reports
+// (and rping, seeing it before the DREQ, fails instead of disconnecting). So the request is
+// dropped, as rxe drops it a moment later. Memory that fails while its owner lives (unmapped,
+// read-only) is an operational error: NAKed, and the QP goes to ERR.
+Verdict Engine::Impl::unreachable(const MrFacts& mr, std::string_view why, WcStatus status) {
+  if (!dma_.owner_gone(mr)) return Verdict::operational_error(why, status);
+  ++counters_.owner_gone_drops;
+  return Verdict::drop("the memory's owner has exited: dropped, as for a destroyed QP");
 }
 
 // A request the responder cannot execute (IBA ch. 9 responder error classes): NAK it with

@@ -23,6 +23,7 @@
 
 #include "rocev2/encap.h"
 #include "rocev2/wire.h"
+#include "tests/verbs/dma_child.h"
 #include "tests/verbs/fuse_stall.h"
 #include "tests/verbs/nic_client.h"
 #include "verbs/device/address_layout.h"
@@ -33,7 +34,6 @@ namespace {
 
 using namespace rrdma::verbs::test;
 
-constexpr std::size_t kPage = 4096;
 
 struct WirePacket {
   std::vector<std::uint8_t> bytes;
@@ -289,6 +289,49 @@ TEST_CASE("dma stall: memory that never answers stops its own client only, anoth
   child.reap();
 }
 
+// CI caught it in system.rdma_cm_errors: rping's client was killed while its server wrote into
+// it; the daemon NAKed the WRITE (remote operational error) before the DREQ went out, and the
+// server failed instead of seeing DISCONNECTED. rxe keeps a process's pages pinned until its
+// QPs are destroyed, so no peer of rxe ever sees that NAK: the request goes unanswered.
+template <typename Side>
+void write_into_an_exited_client_goes_unanswered() {
+  ConnectedPair<Side> p;
+  test::Child child(9);
+  TestClient dying(p.b.nic, 7, child.pid());
+  const Device dd = open_device_of(dying, child.pid());
+  const auto qd = create_qp(dying, dd);
+  const auto qa2 = create_qp(p.a.user, p.da);
+  connect(dying, *qd, kTestIpA, qa2->qpn);
+  connect(p.a.user, *qa2, kTestIpB, qd->qpn);
+  const Registration page = keys(reg_at(dying, dd.pd, child.address(), kPage, kWritable));
+  child.kill();
+  child.reap();
+
+  std::vector<std::uint8_t> source(64, 0xC3);
+  const Registration src = keys(reg_at(p.a.user, p.da.pd, reinterpret_cast<std::uintptr_t>(source.data()),
+                                       source.size(), IBV_ACCESS_LOCAL_WRITE));
+  SendWqe into_dead = wqe_for(1, rocev2::WrOpcode::RdmaWrite, source, 64, src.lkey);
+  into_dead.remote_addr = child.address();
+  into_dead.rkey = page.rkey;
+  qa2->post_send(into_dead);
+  exchange(p.a, p.b);
+  CHECK(qa2->poll().empty());  // neither NAK nor ACK: the requester waits for the DREQ
+  CHECK(p.b.nic.engine_counters().naks_sent == 0);
+  CHECK(p.a.nic.engine_counters().naks_received == 0);
+  CHECK(p.b.nic.engine_counters().owner_gone_drops + p.b.nic.counters().lost_writes_of_gone_owners == 1);
+  CHECK(p.b.nic.dma_counters().process_gone >= 1);
+  p.b.nic.advance(kNow);
+  CHECK(p.b.nic.counters().clients_evicted == 1);
+}
+
+TEST_CASE("dma protection: a WRITE into a client whose process has exited goes unanswered, as with rxe (batched)") {
+  write_into_an_exited_client_goes_unanswered<ProtectSide>();
+}
+
+TEST_CASE("dma protection: a WRITE into a client whose process has exited goes unanswered, as with rxe (direct)") {
+  write_into_an_exited_client_goes_unanswered<UnbatchedSide>();
+}
+
 TEST_CASE("dma protection: memory its owner cannot write is refused for any write access, as rxe refuses it") {
   ConnectedPair<ProtectSide> p;
   TestClient& b = p.b.user;
@@ -425,6 +468,17 @@ TEST_CASE("dma protection: the kernel's answer for this process's own maps") {
   CHECK(writable_range(maps, pages.address(2 * kPage), 1) == Writable::No);
   ::close(maps);
   CHECK(writable_range(-1, pages.address(), 1) == Writable::Unknown);
+
+  // A maps file outlives its process: what it says then is Gone, not No (a write into an
+  // exited client is not a write into read-only memory).
+  test::Child child(4);
+  const int child_maps = ::open(("/proc/" + std::to_string(child.pid()) + "/maps").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(child_maps >= 0);
+  CHECK(writable_range(child_maps, child.address(), kPage) == Writable::Yes);
+  child.kill();
+  child.reap();
+  CHECK(writable_range(child_maps, child.address(), kPage) == Writable::Gone);
+  ::close(child_maps);
 }
 
 }  // namespace rrdma::verbs

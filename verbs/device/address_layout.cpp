@@ -51,6 +51,7 @@ Writable query_range(int maps, std::uint64_t address, std::uint64_t end) {
     q.query_addr = at;
     if (::ioctl(maps, kProcmapQuery, &q) != 0) {
       if (errno == ENOENT) return Writable::No;  // unmapped, or mapped without write permission
+      if (errno == ESRCH) return Writable::Gone;  // no live mm behind the file
       if (errno == ENOTTY || errno == EINVAL) procmap_query = Query::Missing;
       return Writable::Unknown;
     }
@@ -72,7 +73,7 @@ Writable text_range(int maps, std::uint64_t address, std::uint64_t length) {
     text.append(chunk, static_cast<std::size_t>(n));
     if (text.size() > kMaxMapsText) break;
   }
-  if (text.empty()) return Writable::Unknown;  // no address space maps nothing: it is gone
+  if (text.empty()) return Writable::Gone;  // no living address space maps nothing
   return writable_in_maps_text(text, address, length);
 }
 

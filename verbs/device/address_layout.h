@@ -13,14 +13,15 @@
 
 namespace rrdma::verbs {
 
-enum class Writable : std::uint8_t { Yes, No, Unknown };
+enum class Writable : std::uint8_t { Yes, No, Unknown, Gone };
 
 // [address, address + length) against the maps file `maps` (opened on the client's
 // /proc/PID/maps; it stays bound to the address space it was opened on). One PROCMAP_QUERY
 // ioctl per mapping the range crosses (Linux 6.11+); on an older kernel the text is read and
 // parsed. Yes only if every byte lies in a mapping with the write permission; No when some
-// byte is unmapped or read-only; Unknown when the file cannot say (the address space is
-// gone, the file is not a maps file). length 0 is Yes.
+// byte is unmapped or read-only; Gone when the address space the file was opened on is gone
+// (its process exited or exec'd: the ioctl answers ESRCH, the text is empty); Unknown when the
+// file cannot say otherwise (not a maps file). length 0 is Yes.
 Writable writable_range(int maps, std::uint64_t address, std::uint64_t length);
 
 // The same question against the text of a maps file ("start-end perms offset dev inode

@@ -97,6 +97,7 @@ struct NicCounters {
   std::uint64_t clients_connected = 0;
   std::uint64_t clients_disconnected = 0;
   std::uint64_t clients_evicted = 0;      // their address space went (exec, exit) or their credentials changed
+  std::uint64_t lost_writes_of_gone_owners = 0;  // queued writes lost because their owner exited: not NAKed
   std::uint64_t sends_of_lost_clients = 0; // packets of such a client's QPs, not sent
   std::uint64_t sends_after_lost_write = 0; // packets of a QP whose queued write was lost, not sent
   std::uint64_t doorbells = 0;

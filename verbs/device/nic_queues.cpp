@@ -423,10 +423,12 @@ void Nic::receive(const rocev2::TransportPacket& packet, const rocev2::PacketSou
   if (!batched_frames_) publish();
 }
 
-// The batch's writes land before its ACKs leave: a write lost now is NAKed instead.
+// The batch's writes land before its ACKs leave: a write lost now is NAKed instead, and a
+// client whose process is gone loses its QPs before their held ACKs could cover its writes.
 void Nic::end_of_frames() {
   dma_.flush();
   fail_lost_writes();
+  if (dma_.any_lost()) evict_lost_clients({}, now_);
   engine_.release_acks();
   publish();
   dma_.flush();
@@ -434,10 +436,18 @@ void Nic::end_of_frames() {
 
 // Queued writes that flush() lost (the owner unmapped or write-protected the range after the
 // packet was accepted, or it was never writable: ProcessDma checks the owner's maps at
-// flush): their QPs NAK at the packet's PSN and go to ERR (Engine::write_not_placed).
+// flush): their QPs NAK at the packet's PSN and go to ERR (Engine::write_not_placed). A QP
+// whose owner has exited says nothing: it is about to be destroyed with its owner, and rxe
+// (whose pages stay pinned until then) never NAKs here either (Engine::Impl::unreachable).
 void Nic::fail_lost_writes() {
-  for (const WriteOrigin& origin : dma_.take_lost_origins())
+  for (const WriteOrigin& origin : dma_.take_lost_origins()) {
+    const Qp* qp = qp_by_qpn(rocev2::Qpn(origin.qpn));
+    if (qp != nullptr && memory_lost(qp->client)) {
+      ++counters_.lost_writes_of_gone_owners;
+      continue;
+    }
     engine_.write_not_placed(rocev2::Qpn(origin.qpn), rocev2::Psn(origin.psn));
+  }
 }
 
 void Nic::advance(Instant now) {
@@ -449,7 +459,8 @@ void Nic::advance(Instant now) {
 }
 
 std::optional<Instant> Nic::next_deadline() const {
-  if (work_left_) return now_;
+  // A client whose memory a transfer found gone loses its resources at the next advance().
+  if (work_left_ || dma_.any_lost()) return now_;
   std::optional<Instant> deadline = engine_.next_deadline();
   if (!clients_.empty() && (!deadline || next_address_check_ < *deadline)) deadline = next_address_check_;
   return deadline;

@@ -102,9 +102,13 @@ constexpr int kNotWritable = EACCES;
 
 ssize_t write_checked(int memory, int layout, std::uint64_t address, const std::uint8_t* bytes,
                       std::size_t length) {
-  if (layout >= 0 && writable_range(layout, address, length) != Writable::Yes) {
-    errno = kNotWritable;
-    return -1;
+  if (layout >= 0) {
+    const Writable writable = writable_range(layout, address, length);
+    if (writable == Writable::Gone) return 0;  // what the mem file says of a gone address space
+    if (writable != Writable::Yes) {
+      errno = kNotWritable;
+      return -1;
+    }
   }
   std::size_t done = 0;
   while (done < length) {
@@ -468,6 +472,12 @@ bool ProcessDma::place_writes(const MrFacts& mr) {
   const bool none_lost = flush();
   const std::optional<DmaTarget> target = table_.dma_target(mr, mr.base, 0);
   return none_lost && target && !known_lost(target->memory);
+}
+
+bool ProcessDma::owner_gone(const MrFacts& mr) const {
+  if (lost_.empty()) return false;
+  const std::optional<DmaTarget> target = table_.dma_target(mr, mr.base, 0);
+  return target && known_lost(target->memory);
 }
 
 }  // namespace rrdma::verbs

@@ -100,6 +100,9 @@ class ProcessDma final : public rocev2::Dma {
   // which are then coherent for its CPUs); true if none was lost and `mr`'s address space
   // still stands. There is no persistent memory behind any MR (docs/VERBS_MEMORY.md).
   bool place_writes(const rocev2::MrFacts& mr) override;
+  // The address space behind `mr` was found gone (its owner exited or exec'd) by a transfer
+  // or a probe, and its client is not yet evicted.
+  bool owner_gone(const rocev2::MrFacts& mr) const override;
 
   // Scatter/gather: `out` / `in` is the concatenation of `pieces` (its size must be their
   // total length). Every piece is checked before the first byte moves; pieces that continue
