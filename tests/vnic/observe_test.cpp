@@ -327,3 +327,22 @@ TEST_CASE("trace: the gsi layer is one a client may ask for") {
   CHECK(trace_layer_from("gsi") == TraceLayer::Gsi);
   CHECK(to_string(TraceLayer::Gsi) == "gsi");
 }
+
+TEST_CASE("trace: an rdma_cm id's state change is an rdma_cm line, a layer a client may ask for") {
+  TraceScene scene;
+  scene.telemetry.on_cm_id_transition(7, verbs::CmIdState::AddrQuery, verbs::CmIdState::AddrResolved);
+  const std::string text = scene.next();
+  INFO(text);
+  CHECK(text.find(" rdma_cm id 7: ADDR_QUERY -> ADDR_RESOLVED") != std::string::npos);
+
+  std::string error;
+  const auto filter = parse_trace_filter({{"cmd", "trace"}, {"layers", nlohmann::json::array({"rdma_cm"})}}, error);
+  REQUIRE(filter);
+  CHECK(filter->layers == (1u << static_cast<unsigned>(TraceLayer::RdmaCm)));
+  CHECK(trace_layer_from("rdma_cm") == TraceLayer::RdmaCm);
+  CHECK(to_string(TraceLayer::RdmaCm) == "rdma_cm");
+  TraceEvent event;
+  event.lines.push_back({TraceLayer::RdmaCm, "12:00:00.000000 rdma_cm id 7: ADDR_QUERY -> ADDR_RESOLVED"});
+  CHECK_FALSE(render(event, *filter).empty());
+  CHECK(render(event, *parse_trace_filter({{"cmd", "trace"}, {"layers", nlohmann::json::array({"cm"})}}, error)).empty());
+}
