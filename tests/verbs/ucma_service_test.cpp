@@ -734,6 +734,7 @@ TEST_CASE("ucma: a REQ that arrives before the server listens again becomes its 
   p.deliver();
   CHECK(p.client.next_event().event == ucma::kConnectResponse);
   CHECK(p.server.service.cm().counters().req_held_served == 1);
+}
 
 // Issue 27 item 11: an id whose address resolution fails at once can be resolved again and
 // again; each try queued an ADDR_ERROR nobody read (a million of them, 300 MB). The channel's
