@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "rocev2/cm/cm.h"
+#include "rocev2/cm/cma.h"
 #include "stack/addresses.h"
 #include "stack/time.h"
 
