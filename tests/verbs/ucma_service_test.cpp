@@ -894,6 +894,8 @@ TEST_CASE("ucma: every state change of an id is observed, as cma.c makes it", "[
   REQUIRE(p.client.command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{.id = active}).status == 0);
   p.deliver();
   CHECK(p.server.next_event().event == ucma::kDisconnected);
+  REQUIRE(p.server.command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{.id = passive}).status == 0);
+  p.deliver();
   CHECK(p.client.next_event().event == ucma::kDisconnected);  // the server's DREP
   rdma_ucm_destroy_id d{};
   d.id = active;
