@@ -202,7 +202,7 @@ Validated validate_netdev(const UpArguments& args) {
     }
   }
   if (args.group && !is_valid_group_name(*args.group)) return refuse("bad group name '" + *args.group + "'");
-  if (auto error = check_quotas(args.quotas); !error.empty()) return refuse(error);
+  if (auto error = check_quotas(args.quotas, false); !error.empty()) return refuse(error);
   if (args.busy_poll_us > kMaxBusyPollMicroseconds) {
     return refuse("bad --busy-poll-us " + std::to_string(args.busy_poll_us) + ": expected 0.." +
                   std::to_string(kMaxBusyPollMicroseconds));
