@@ -25,8 +25,8 @@ void add_trace_command(CLI::App& app, TraceCommand& command) {
   command.app->footer(kTraceFooter);
   command.app->add_option("name", command.vnic, "The vnic's name")->required();
   command.app->add_option("--qp", command.qp, "Only events of this local QP number (e.g. 17 or 0x11)");
-  command.app->add_option("--layer", command.layers, "Only lines of this layer (repeatable): eth arp ip udp roce qp verbs gsi cm")
-      ->check(CLI::IsMember({"eth", "arp", "ip", "udp", "roce", "qp", "verbs", "gsi", "cm"}));
+  command.app->add_option("--layer", command.layers, "Only lines of this layer (repeatable): eth arp ip udp roce qp verbs gsi cm rdma_cm")
+      ->check(CLI::IsMember({"eth", "arp", "ip", "udp", "roce", "qp", "verbs", "gsi", "cm", "rdma_cm"}));
   command.app->add_option("--count", command.count, "Stop after this many events");
 }
 

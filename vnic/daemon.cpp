@@ -555,6 +555,7 @@ void Daemon::Impl::start_rdma_cm() {
   }
   ucma_.emplace(config, cm_mads_, *resolver, watcher_);
   ucma_->cm().set_observer(&*telemetry_);
+  ucma_->set_observer(&*telemetry_);
   gsi_->set_handler(&ucma_->cm());
   loop_->add_timer_source([this](Instant now) {
     ucma_->advance(now);

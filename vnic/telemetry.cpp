@@ -47,6 +47,10 @@ void Telemetry::on_cm_transition(rocev2::cm::ConnectionId c, rocev2::cm::CmState
   if (tracer_.active()) tracer_.note(TraceLayer::Cm, rocev2::cm::describe_transition(c, from, to));
 }
 
+void Telemetry::on_cm_id_transition(std::uint32_t id, verbs::CmIdState from, verbs::CmIdState to) {
+  if (tracer_.active()) tracer_.note(TraceLayer::RdmaCm, verbs::describe_transition(id, from, to));
+}
+
 void Telemetry::arp_resolved(stack::Ipv4Address address, const stack::MacAddress& mac) {
   if (tracer_.active()) tracer_.note(TraceLayer::Arp, "arp resolved " + address.to_string() + " is at " + mac.to_string());
 }

@@ -1,8 +1,9 @@
 // What the daemon shows of itself beyond the stack's counters: the RoCE statistics
 // (vnic/roce_stats.h, always counted) and the live trace (vnic/trace.h, only while someone
-// watches). One observer object for the four places events come from: the RocePort
+// watches). One observer object for the places events come from: the RocePort
 // (TransportObserver), the engine through the Nic (EngineObserver), the GSI endpoint
-// (GsiObserver) and the stack (StackObserver); frames come through FrameCapture's hook.
+// (GsiObserver), the CM (CmObserver), the rdma_cm ids (CmIdObserver) and the stack
+// (StackObserver); frames come through FrameCapture's hook.
 // The GSI endpoint counts for itself (rocev2::GsiCounters): only its trace lines pass here.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include "rocev2/cm/cm.h"
 #include "rocev2/gsi.h"
 #include "stack/interface.h"
+#include "verbs/device/cm_id.h"
 #include "vnic/capture.h"
 #include "vnic/event_loop.h"
 #include "vnic/ports/roce_port.h"
@@ -23,6 +25,7 @@ namespace rrdma::vnic {
 class Telemetry final : public rocev2::EngineObserver,
                         public rocev2::GsiObserver,
                         public rocev2::cm::CmObserver,
+                        public verbs::CmIdObserver,
                         public TransportObserver,
                         public stack::StackObserver {
  public:
@@ -50,6 +53,8 @@ class Telemetry final : public rocev2::EngineObserver,
   void on_gsi_sent(const rocev2::TransportPacket& packet, bool accepted) override;
   // rocev2::cm::CmObserver: each state change of a connection, a `cm` trace line
   void on_cm_transition(rocev2::cm::ConnectionId c, rocev2::cm::CmState from, rocev2::cm::CmState to) override;
+  // verbs::CmIdObserver: each state change of an rdma_cm id, an `rdma_cm` trace line
+  void on_cm_id_transition(std::uint32_t id, verbs::CmIdState from, verbs::CmIdState to) override;
   // stack::StackObserver
   void arp_resolved(stack::Ipv4Address address, const stack::MacAddress& mac) override;
   void arp_failed(stack::Ipv4Address address, std::size_t dropped_packets) override;

@@ -43,8 +43,8 @@ std::string describe_mad(rocev2::MadSpan mad) {
 constexpr std::size_t kMaxSessions = 4;
 constexpr int kTraceSendBuffer = 4 * 1024 * 1024;
 
-constexpr std::string_view kLayerNames[] = {"eth", "arp", "ip", "udp", "roce", "qp", "verbs", "gsi", "cm"};
-static_assert(std::size(kLayerNames) == static_cast<std::size_t>(TraceLayer::Cm) + 1);
+constexpr std::string_view kLayerNames[] = {"eth", "arp", "ip", "udp", "roce", "qp", "verbs", "gsi", "cm", "rdma_cm"};
+static_assert(std::size(kLayerNames) == static_cast<std::size_t>(TraceLayer::RdmaCm) + 1);
 static_assert(kAllTraceLayers == (1u << std::size(kLayerNames)) - 1);
 
 std::uint32_t bit(TraceLayer layer) { return 1u << static_cast<unsigned>(layer); }
@@ -205,7 +205,7 @@ std::optional<TraceFilter> parse_trace_filter(const nlohmann::json& request, std
     for (const auto& name : *layers) {
       const auto layer = name.is_string() ? trace_layer_from(name.get<std::string>()) : std::nullopt;
       if (!layer) {
-        error = "unknown layer " + name.dump() + " (eth, arp, ip, udp, roce, qp, verbs, gsi)";
+        error = "unknown layer " + name.dump() + " (eth, arp, ip, udp, roce, qp, verbs, gsi, cm, rdma_cm)";
         return std::nullopt;
       }
       filter.layers |= bit(*layer);

@@ -38,8 +38,8 @@
 namespace rrdma::vnic {
 
 // The layers a client may ask for (`--layer`), one bit each.
-enum class TraceLayer : std::uint8_t { Eth, Arp, Ip, Udp, Roce, Qp, Verbs, Gsi, Cm };
-inline constexpr std::uint32_t kAllTraceLayers = 0x1FF;
+enum class TraceLayer : std::uint8_t { Eth, Arp, Ip, Udp, Roce, Qp, Verbs, Gsi, Cm, RdmaCm };
+inline constexpr std::uint32_t kAllTraceLayers = 0x3FF;
 std::optional<TraceLayer> trace_layer_from(std::string_view name);
 std::string_view to_string(TraceLayer layer);
 

@@ -20,6 +20,7 @@
 //    (1 .. 4095) and a body no longer than kMaxUcmaBody;
 //  - once every channel is closed and timewait has passed, neither service holds an id, a
 //    listener or a CM connection (nor a REQ held for a listener, nor an index entry);
+//  - no id was ever asked to change state as cma.c never does (verbs/device/cm_id.h);
 //  - destroying the services leaves no descriptor of theirs open.
 // Returns a description of the first property that fails, or nullptr.
 #pragma once
@@ -366,6 +367,7 @@ inline const char* check_ucma(ByteSpan input, std::size_t* succeeded = nullptr) 
     if (h->service->cm().held_request_count() != 0) return "a REQ held for a listener outlived its hold";
     if (h->service->cm().index_entries() != 0) return "a CM index entry outlived its connection";
     if (!h->watcher.watched.empty()) return "a channel is still watched";
+    if (h->service->counters().id_transitions_refused != 0) return "an id was asked to change state as cma.c never does";
   }
   if (succeeded != nullptr) *succeeded = ok;
   return nullptr;

@@ -852,4 +852,94 @@ TEST_CASE("ucma: ids are bounded per process and per user across channels", "[uc
   CHECK(h.service.counters().ids_refused == 2);
 }
 
+namespace {
+
+// Each id's state changes as `rrdma-vnic trace --layer rdma_cm` prints them.
+struct IdTrace final : CmIdObserver {
+  void on_cm_id_transition(std::uint32_t id, CmIdState from, CmIdState to) override {
+    lines.push_back(describe_transition(id, from, to));
+  }
+  std::vector<std::string> lines;
+};
+
+std::string id_line(std::uint32_t id, const std::string& change) { return "rdma_cm id " + std::to_string(id) + ": " + change; }
+
+}  // namespace
+
+TEST_CASE("ucma: every state change of an id is observed, as cma.c makes it", "[ucma]") {
+  Pair p;
+  IdTrace server_trace, client_trace;
+  p.server.service.set_observer(&server_trace);
+  p.client.service.set_observer(&client_trace);
+
+  // An address nobody answers: ADDR_QUERY falls back to ADDR_BOUND (addr_handler).
+  p.client.open_channel();
+  const std::uint32_t lost = p.client.create_id(0x2000);
+  p.client.resolver.answer = AddressResolver::Reach::unroutable;
+  rdma_ucm_resolve_ip r{};
+  r.dst_addr = ipv4_address(stack::Ipv4Address{0x0A000063}, 7174);
+  r.id = lost;
+  r.timeout_ms = 2000;
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_RESOLVE_IP, r).status == 0);
+  CHECK(p.client.next_event().event == ucma::kAddrError);
+  CHECK(client_trace.lines == std::vector<std::string>{id_line(lost, "IDLE -> ADDR_BOUND"),
+                                                       id_line(lost, "ADDR_BOUND -> ADDR_QUERY"),
+                                                       id_line(lost, "ADDR_QUERY -> ADDR_BOUND")});
+  client_trace.lines.clear();
+  p.client.resolver.answer = AddressResolver::Reach::reachable;
+
+  const std::uint32_t listener = p.listen(7174);
+  const std::uint32_t active = p.resolve(7174);
+  const std::uint32_t passive = establish(p, active);
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{.id = active}).status == 0);
+  p.deliver();
+  CHECK(p.server.next_event().event == ucma::kDisconnected);
+  REQUIRE(p.server.command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{.id = passive}).status == 0);
+  p.deliver();
+  CHECK(p.client.next_event().event == ucma::kDisconnected);  // the server's DREP
+  rdma_ucm_destroy_id d{};
+  d.id = active;
+  REQUIRE(p.client.command(RDMA_USER_CM_CMD_DESTROY_ID, d).status == 0);
+  d.id = listener;
+  REQUIRE(p.server.command(RDMA_USER_CM_CMD_DESTROY_ID, d).status == 0);
+
+  CHECK(client_trace.lines == std::vector<std::string>{
+                                  id_line(active, "IDLE -> ADDR_BOUND"), id_line(active, "ADDR_BOUND -> ADDR_QUERY"),
+                                  id_line(active, "ADDR_QUERY -> ADDR_RESOLVED"),
+                                  id_line(active, "ADDR_RESOLVED -> ROUTE_RESOLVED"),
+                                  id_line(active, "ROUTE_RESOLVED -> CONNECT"), id_line(active, "CONNECT -> DISCONNECT"),
+                                  id_line(active, "DISCONNECT -> DESTROYING")});
+  CHECK(server_trace.lines == std::vector<std::string>{
+                                  id_line(listener, "IDLE -> ADDR_BOUND"), id_line(listener, "ADDR_BOUND -> LISTEN"),
+                                  id_line(passive, "IDLE -> CONNECT"), id_line(passive, "CONNECT -> DISCONNECT"),
+                                  id_line(listener, "LISTEN -> DESTROYING")});
+  CHECK(p.client.service.counters().id_transitions_refused == 0);
+  CHECK(p.server.service.counters().id_transitions_refused == 0);
+}
+
+TEST_CASE("ucma: a state change cma.c never makes is refused, counted and not observed", "[ucma]") {
+  std::uint64_t refused = 0;
+  CmIdMachine machine(refused);
+  IdTrace trace;
+  machine.set_observer(&trace);
+  CmId id;
+  id.id = 9;
+  CHECK_FALSE(machine.move(id, CmIdState::Listen));  // LISTEN needs a bound address first
+  CHECK_FALSE(machine.move(id, CmIdState::AddrResolved));
+  CHECK_FALSE(machine.move(id, CmIdState::Idle));  // no change is not a change
+  CHECK(id.state() == CmIdState::Idle);
+  CHECK(refused == 3);
+  CHECK(trace.lines.empty());
+
+  CHECK(machine.move(id, CmIdState::AddrBound));
+  CHECK(machine.move(id, CmIdState::Listen));
+  CHECK_FALSE(machine.move(id, CmIdState::Connect));  // a listener never connects
+  CHECK(machine.move(id, CmIdState::Destroying));
+  CHECK_FALSE(machine.move(id, CmIdState::Destroying));  // destroyed once
+  CHECK(id.state() == CmIdState::Destroying);
+  CHECK(refused == 5);
+  CHECK(trace.lines == std::vector<std::string>{"rdma_cm id 9: IDLE -> ADDR_BOUND", "rdma_cm id 9: ADDR_BOUND -> LISTEN",
+                                                "rdma_cm id 9: LISTEN -> DESTROYING"});
+}
+
 }  // namespace rrdma::verbs

@@ -319,11 +319,33 @@ TEST_CASE("trace: a MAD for QP 1 has a gsi line with the CM message decoded, a d
   CHECK(text.find("sent by the GSI endpoint: " + header + ", waiting for ARP") != std::string::npos);
 }
 
-TEST_CASE("trace: the gsi layer is one a client may ask for") {
-  std::string error;
-  const auto filter = parse_trace_filter({{"cmd", "trace"}, {"layers", nlohmann::json::array({"gsi"})}}, error);
-  REQUIRE(filter);
-  CHECK(filter->layers == (1u << static_cast<unsigned>(TraceLayer::Gsi)));
-  CHECK(trace_layer_from("gsi") == TraceLayer::Gsi);
-  CHECK(to_string(TraceLayer::Gsi) == "gsi");
+TEST_CASE("trace: the gsi, cm and rdma_cm layers are ones a client may ask for") {
+  const std::pair<const char*, TraceLayer> layers[] = {
+      {"gsi", TraceLayer::Gsi}, {"cm", TraceLayer::Cm}, {"rdma_cm", TraceLayer::RdmaCm}};
+  for (const auto& [name, layer] : layers) {
+    INFO(name);
+    std::string error;
+    const auto filter = parse_trace_filter({{"cmd", "trace"}, {"layers", nlohmann::json::array({name})}}, error);
+    REQUIRE(filter);
+    CHECK(filter->layers == (1u << static_cast<unsigned>(layer)));
+    CHECK(trace_layer_from(name) == layer);
+    CHECK(to_string(layer) == name);
+  }
+}
+
+TEST_CASE("trace: an rdma_cm id's state change is an rdma_cm line") {
+  TraceScene scene;
+  scene.telemetry.on_cm_id_transition(7, verbs::CmIdState::AddrQuery, verbs::CmIdState::AddrResolved);
+  const std::string text = scene.next();
+  INFO(text);
+  CHECK(text.find(" rdma_cm id 7: ADDR_QUERY -> ADDR_RESOLVED") != std::string::npos);
+
+  // `--layer rdma_cm` keeps it, `--layer cm` (the CM's connections) does not.
+  TraceEvent event;
+  event.lines.push_back({TraceLayer::RdmaCm, "12:00:00.000000 rdma_cm id 7: ADDR_QUERY -> ADDR_RESOLVED"});
+  TraceFilter rdma_cm_only, cm_only;
+  rdma_cm_only.layers = 1u << static_cast<unsigned>(TraceLayer::RdmaCm);
+  cm_only.layers = 1u << static_cast<unsigned>(TraceLayer::Cm);
+  CHECK_FALSE(render(event, rdma_cm_only).empty());
+  CHECK(render(event, cm_only).empty());
 }

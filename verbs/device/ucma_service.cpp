@@ -184,7 +184,8 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const UcmaCounters& c) 
           {"events_dropped", c.events_dropped},
           {"events_refused", c.events_refused},
           {"ports_refused", c.ports_refused},
-          {"ids_torn_down_later", c.ids_torn_down_later}};
+          {"ids_torn_down_later", c.ids_torn_down_later},
+          {"id_transitions_refused", c.id_transitions_refused}};
 }
 
 nlohmann::json limits_json(const UcmaConfig& c) {
@@ -192,20 +193,6 @@ nlohmann::json limits_json(const UcmaConfig& c) {
           {"max_ids_per_process", c.max_ids_per_process},   {"max_ids_per_uid", c.max_ids_per_uid},
           {"max_events_per_channel", c.max_events_per_channel}, {"max_events_per_uid", c.max_events_per_uid},
           {"max_ports_per_uid", c.max_ports_per_uid}};
-}
-
-const char* UcmaService::state_name(IdState s) {
-  switch (s) {
-    case IdState::Idle: return "IDLE";
-    case IdState::AddrQuery: return "ADDR_QUERY";
-    case IdState::AddrResolved: return "ADDR_RESOLVED";
-    case IdState::RouteResolved: return "ROUTE_RESOLVED";
-    case IdState::Connect: return "CONNECT";
-    case IdState::Disconnect: return "DISCONNECT";
-    case IdState::AddrBound: return "ADDR_BOUND";
-    case IdState::Listen: return "LISTEN";
-  }
-  return "?";
 }
 
 UcmaService::UcmaService(const UcmaConfig& config, cm::CmMadSink& mads, AddressResolver& resolver, FdWatcher& watcher)
@@ -389,7 +376,7 @@ UcmaService::Reply UcmaService::dispatch(Channel& ch, const ucma::Frame& request
   }
 }
 
-UcmaService::CmId* UcmaService::id_on(Channel& ch, std::uint32_t number) {
+CmId* UcmaService::id_on(Channel& ch, std::uint32_t number) {
   const auto it = ids_.find(number);
   return it != ids_.end() && it->second.channel == ch.token ? &it->second : nullptr;
 }
@@ -405,7 +392,7 @@ bool UcmaService::room_for_id(const Channel& ch) {
   return room;
 }
 
-UcmaService::CmId& UcmaService::new_id(Channel& ch, cm::PortSpace ps, bool ud) {
+CmId& UcmaService::new_id(Channel& ch, cm::PortSpace ps, bool ud) {
   while (next_id_ == 0 || ids_.contains(next_id_)) ++next_id_;
   CmId& id = ids_[next_id_];
   id.id = next_id_++;
@@ -452,12 +439,14 @@ UcmaService::Reply UcmaService::destroy_id(Channel& ch, ByteSpan body, Instant n
 // its connection is let go of as cm_destroy_id does (REJ, DREQ or DREP), its port freed.
 std::uint32_t UcmaService::destroy(CmId& id, Instant now) {
   const std::uint32_t number = id.id;
+  const bool listening = id.state() == CmIdState::Listen;
+  ids_machine_.move(id, CmIdState::Destroying);
   purge_events(number);
   if (id.connection) {
     id_of_connection_.erase(id.connection->value());
     cm_.destroy(*id.connection, now);
   }
-  if (id.state == IdState::Listen) cm_.unlisten(service_id(id, id.src.port));
+  if (listening) cm_.unlisten(service_id(id, id.src.port));
   unbind(id);
   const std::uint32_t reported = id.events_reported;
   if (const auto ch = channels_.find(id.channel); ch != channels_.end()) ch->second.ids.erase(number);
@@ -509,7 +498,7 @@ int UcmaService::port_conflict(const CmId& id, bool any_address, std::uint16_t p
   for (std::uint32_t other_number : it->second) {
     if (other_number == id.id) continue;
     const CmId& other = ids_.at(other_number);
-    if (!listening && other.state != IdState::Listen && id.reuseaddr && other.reuseaddr) continue;
+    if (!listening && other.state() != CmIdState::Listen && id.reuseaddr && other.reuseaddr) continue;
     return any_address || !other.on_device ? EADDRNOTAVAIL : EADDRINUSE;
   }
   return 0;
@@ -548,7 +537,7 @@ int UcmaService::bind(CmId& id, uid_t uid, std::optional<stack::Ipv4Address> add
   id.src = Endpoint{address.value_or(stack::Ipv4Address{}), port};
   ports_[{static_cast<std::uint16_t>(id.ps), port}].push_back(id.id);
   ++users_[id.owner_uid].ports;
-  if (id.state == IdState::Idle) id.state = IdState::AddrBound;
+  if (id.state() == CmIdState::Idle) ids_machine_.move(id, CmIdState::AddrBound);
   return 0;
 }
 
@@ -572,7 +561,7 @@ UcmaService::Reply UcmaService::bind_ip(Channel& ch, ByteSpan body) {
   if (!cmd) return {EINVAL, {}};
   CmId* id = id_on(ch, cmd->id);
   if (id == nullptr) return {EINVAL, {}};
-  if (id->state != IdState::Idle) return {EINVAL, {}};
+  if (id->state() != CmIdState::Idle) return {EINVAL, {}};
   int error = 0;
   const auto address = parse_socket_address(&cmd->addr, sizeof(cmd->addr), error);
   if (!address) return {error, {}};
@@ -586,7 +575,7 @@ UcmaService::Reply UcmaService::bind_any_family(Channel& ch, ByteSpan body) {
   if (!cmd) return {EINVAL, {}};
   CmId* id = id_on(ch, cmd->id);
   if (id == nullptr) return {EINVAL, {}};
-  if (id->state != IdState::Idle) return {EINVAL, {}};
+  if (id->state() != CmIdState::Idle) return {EINVAL, {}};
   int error = 0;
   const auto address =
       parse_socket_address(&cmd->addr, std::min<std::size_t>(cmd->addr_size, sizeof(cmd->addr)), error);
@@ -603,7 +592,7 @@ UcmaService::Reply UcmaService::resolve_ip(Channel& ch, ByteSpan body, Instant n
   const auto destination = parse_socket_address(&cmd->dst_addr, sizeof(cmd->dst_addr), error);
   if (!destination) return {error, {}};
   if (!destination->ip) return {EADDRNOTAVAIL, {}};
-  if (id->state == IdState::Idle) {
+  if (id->state() == CmIdState::Idle) {
     const auto source = parse_socket_address(&cmd->src_addr, sizeof(cmd->src_addr), error);
     const bool has_source = source.has_value();
     if (const int e = bind(*id, ch.uid, has_source ? source->ip : std::nullopt, has_source ? source->port : 0,
@@ -611,7 +600,7 @@ UcmaService::Reply UcmaService::resolve_ip(Channel& ch, ByteSpan body, Instant n
       return {e, {}};
     }
   }
-  if (id->state != IdState::AddrBound) return {EINVAL, {}};
+  if (id->state() != CmIdState::AddrBound) return {EINVAL, {}};
   if (!room_for_event(ch)) {  // ADDR_RESOLVED or ADDR_ERROR would not fit: a loop of them once
     ++counters_.events_refused;  // queued a million for one id that never read them
     return {ENOMEM, {}};
@@ -620,7 +609,7 @@ UcmaService::Reply UcmaService::resolve_ip(Channel& ch, ByteSpan body, Instant n
   id->on_device = true;
   id->src.ip = config_.address;
   id->dst = Endpoint{*destination->ip, destination->port};
-  id->state = IdState::AddrQuery;
+  ids_machine_.move(*id, CmIdState::AddrQuery);
   id->resolve_deadline = now + std::chrono::milliseconds(std::max<std::uint32_t>(cmd->timeout_ms, 1));
   resolving_.insert(id->id);
   ++counters_.address_resolutions;
@@ -636,12 +625,12 @@ void UcmaService::check_resolution(CmId& id, Instant now) {
   id.resolve_deadline.reset();
   resolving_.erase(id.id);
   if (reach == AddressResolver::Reach::reachable) {
-    id.state = IdState::AddrResolved;
+    ids_machine_.move(id, CmIdState::AddrResolved);
     queue_event(id.id, QueuedEvent{.id = id.id, .resp = event_for(id, ucma::kAddrResolved, 0)});
     return;
   }
   ++counters_.address_errors;
-  id.state = IdState::AddrBound;
+  ids_machine_.move(id, CmIdState::AddrBound);
   const int status = reach == AddressResolver::Reach::unroutable ? -ENETUNREACH : -ETIMEDOUT;
   queue_event(id.id, QueuedEvent{.id = id.id, .resp = event_for(id, ucma::kAddrError, status)});
 }
@@ -651,12 +640,12 @@ UcmaService::Reply UcmaService::resolve_route(Channel& ch, ByteSpan body) {
   const auto cmd = read_struct<rdma_ucm_resolve_route>(body);
   if (!cmd) return {EINVAL, {}};
   CmId* id = id_on(ch, cmd->id);
-  if (id == nullptr || id->state != IdState::AddrResolved) return {EINVAL, {}};
+  if (id == nullptr || id->state() != CmIdState::AddrResolved) return {EINVAL, {}};
   if (!room_for_event(ch)) {
     ++counters_.events_refused;
     return {ENOMEM, {}};
   }
-  id->state = IdState::RouteResolved;
+  ids_machine_.move(*id, CmIdState::RouteResolved);
   id->flow_label = roce_flow_label(id->src.port, id->dst.port);
   queue_event(id->id, QueuedEvent{.id = id->id, .resp = event_for(*id, ucma::kRouteResolved, 0)});
   return {0, {}};
@@ -668,23 +657,19 @@ UcmaService::Reply UcmaService::query_route(Channel& ch, ByteSpan body) {
   CmId* id = id_on(ch, cmd->id);
   if (id == nullptr) return {EINVAL, {}};
   rdma_ucm_query_route_resp resp{};
-  const bool has_peer = id->state == IdState::AddrQuery || id->state == IdState::AddrResolved ||
-                        id->state == IdState::RouteResolved || id->state == IdState::Connect ||
-                        id->state == IdState::Disconnect;
+  const bool peer = has_peer(id->state());
   write_socket_address(resp.src_addr, id->on_device ? std::optional(id->src.ip) : std::nullopt, id->src.port,
                        id->ipv6_family);
-  if (has_peer) write_socket_address(resp.dst_addr, id->dst.ip, id->dst.port, false);
+  if (peer) write_socket_address(resp.dst_addr, id->dst.ip, id->dst.port, false);
   if (id->on_device) {
     resp.node_guid = htobe64(config_.node_guid);  // the GUID's bytes, as ibv_get_device_guid gives them
     resp.port_num = 1;
     resp.ibdev_index = 0xFFFFFFFF;  // librdmacm then matches the device by its GUID alone
     ib_user_path_rec& path = resp.ib_route[0];
     write_gid(reinterpret_cast<std::uint8_t(&)[16]>(path.sgid), id->src.ip);
-    if (has_peer) write_gid(reinterpret_cast<std::uint8_t(&)[16]>(path.dgid), id->dst.ip);
+    if (peer) write_gid(reinterpret_cast<std::uint8_t(&)[16]>(path.dgid), id->dst.ip);
     path.pkey = htons(0xFFFF);
-    const bool routed = id->state == IdState::RouteResolved || id->state == IdState::Connect ||
-                        id->state == IdState::Disconnect;
-    if (routed) {  // cma_resolve_iboe_route's path record
+    if (has_route(id->state())) {  // cma_resolve_iboe_route's path record
       resp.num_paths = 1;
       path.flow_label = htonl(id->flow_label);
       path.hop_limit = kHopLimit;
@@ -706,21 +691,21 @@ UcmaService::Reply UcmaService::listen(Channel& ch, ByteSpan body) {
   if (!cmd) return {EINVAL, {}};
   CmId* id = id_on(ch, cmd->id);
   if (id == nullptr) return {EINVAL, {}};
-  if (id->state == IdState::Listen) {  // rdma_listen again: a new backlog
+  if (id->state() == CmIdState::Listen) {  // rdma_listen again: a new backlog
     id->backlog = cmd->backlog == 0 || cmd->backlog > kMaxBacklog ? kMaxBacklog : cmd->backlog;
     return {0, {}};
   }
-  if (id->state == IdState::Idle) {
+  if (id->state() == CmIdState::Idle) {
     if (const int e = bind(*id, ch.uid, std::nullopt, 0, false)) return {e, {}};
   }
-  if (id->state != IdState::AddrBound) return {EINVAL, {}};
+  if (id->state() != CmIdState::AddrBound) return {EINVAL, {}};
   if (const int conflict = port_conflict(*id, !id->on_device, id->src.port, true)) return {conflict, {}};
   // Listening before the CM is told: a REQ it held for this port (kNoListenerHold) comes
   // back as a CONNECT_REQUEST during cm_.listen and must find this listener.
-  id->state = IdState::Listen;
+  ids_machine_.move(*id, CmIdState::Listen);
   id->backlog = static_cast<std::int32_t>(cmd->backlog) <= 0 || cmd->backlog > kMaxBacklog ? kMaxBacklog : cmd->backlog;
   if (const auto r = cm_.listen(service_id(*id, id->src.port), now_); r != cm::CmResult::ok) {
-    id->state = IdState::AddrBound;
+    ids_machine_.move(*id, CmIdState::AddrBound);
     return {errno_of(r), {}};
   }
   return {0, {}};
@@ -730,7 +715,7 @@ UcmaService::Reply UcmaService::connect(Channel& ch, ByteSpan body, Instant now)
   const auto cmd = read_struct_without_ece<rdma_ucm_connect>(body);
   if (!cmd) return {EINVAL, {}};
   CmId* id = id_on(ch, cmd->id);
-  if (id == nullptr || id->state != IdState::RouteResolved || !cmd->conn_param.valid) return {EINVAL, {}};
+  if (id == nullptr || id->state() != CmIdState::RouteResolved || !cmd->conn_param.valid) return {EINVAL, {}};
   const rdma_ucm_conn_param& p = cmd->conn_param;
   const std::size_t user_room = id->ud ? cm::kSidrReqUserDataLength : cm::kReqUserDataLength;
   if (p.private_data_len > user_room) return {EINVAL, {}};
@@ -767,7 +752,7 @@ UcmaService::Reply UcmaService::connect(Channel& ch, ByteSpan body, Instant now)
   id->connection = connection;
   id->active = true;
   id_of_connection_[connection.value()] = id->id;
-  id->state = IdState::Connect;
+  ids_machine_.move(*id, CmIdState::Connect);
   return {0, {}};
 }
 
@@ -775,7 +760,7 @@ UcmaService::Reply UcmaService::accept(Channel& ch, ByteSpan body, Instant now) 
   const auto cmd = read_struct_without_ece<rdma_ucm_accept>(body);
   if (!cmd) return {EINVAL, {}};
   CmId* id = id_on(ch, cmd->id);
-  if (id == nullptr || id->state != IdState::Connect || !id->connection) return {EINVAL, {}};
+  if (id == nullptr || id->state() != CmIdState::Connect || !id->connection) return {EINVAL, {}};
   const rdma_ucm_conn_param& p = cmd->conn_param;
   if (p.valid) id->uid = cmd->uid;
   cm::CmResult r;
@@ -935,7 +920,7 @@ UcmaService::Reply UcmaService::set_option(Channel& ch, ByteSpan body) {
         return {0, {}};
       case RDMA_OPTION_ID_REUSEADDR:
         if (!int_value()) return {EINVAL, {}};
-        if (id->state != IdState::Idle) return {EINVAL, {}};
+        if (id->state() != CmIdState::Idle) return {EINVAL, {}};
         id->reuseaddr = *int_value() != 0;
         return {0, {}};
       case RDMA_OPTION_ID_AFONLY:
@@ -996,7 +981,7 @@ UcmaService::Reply UcmaService::migrate_id(Channel& ch, const ucma::Frame& reque
 // ---------------------------------------------------------------------------------------
 // Events from the connection manager
 
-UcmaService::CmId* UcmaService::id_of_connection(cm::ConnectionId c) {
+CmId* UcmaService::id_of_connection(cm::ConnectionId c) {
   const auto it = id_of_connection_.find(c.value());
   if (it == id_of_connection_.end()) return nullptr;
   const auto id = ids_.find(it->second);
@@ -1049,12 +1034,12 @@ void UcmaService::on_cm_event(const cm::CmEvent& e) {
       q.resp = event_for(*id, ucma::kUnreachable, e.status);
       break;
     case T::Disconnected:
-      if (id->state != IdState::Connect) return;  // one DISCONNECTED per connection
-      id->state = IdState::Disconnect;
+      if (id->state() != CmIdState::Connect) return;  // one DISCONNECTED per connection
+      ids_machine_.move(*id, CmIdState::Disconnect);
       q.resp = event_for(*id, ucma::kDisconnected, e.status);
       break;
     case T::TimewaitExit:
-      if (id->state != IdState::Disconnect) return;  // cma_ib_handler: only after a disconnect
+      if (id->state() != CmIdState::Disconnect) return;  // cma_ib_handler: only after a disconnect
       q.resp = event_for(*id, ucma::kTimewaitExit, 0);
       break;
     case T::SidrResponse:
@@ -1087,7 +1072,7 @@ void UcmaService::on_connect_request(const cm::CmEvent& e) {
   if (parsed) {
     if (const auto port = ports_.find({static_cast<std::uint16_t>(parsed->port_space), parsed->port}); port != ports_.end()) {
       for (std::uint32_t number : port->second) {
-        if (ids_.at(number).state == IdState::Listen) listener = &ids_.at(number);
+        if (ids_.at(number).state() == CmIdState::Listen) listener = &ids_.at(number);
       }
     }
   }
@@ -1116,7 +1101,7 @@ void UcmaService::on_connect_request(const cm::CmEvent& e) {
   }
   --listener->backlog;
   CmId& child = new_id(channel->second, listener->ps, sidr);
-  child.state = IdState::Connect;
+  ids_machine_.move(child, CmIdState::Connect);
   child.on_device = true;
   child.bound = false;  // shares the listener's port without holding it
   child.src = Endpoint{*destination, parsed->port};
@@ -1169,14 +1154,14 @@ nlohmann::json UcmaService::listing() const {
   nlohmann::json connections = nlohmann::json::array();
   for (const auto& [number, id] : ids_) {
     const std::string local = (id.on_device ? id.src.ip.to_string() : std::string("0.0.0.0")) + ":" + std::to_string(id.src.port);
-    if (id.state == IdState::Listen) {
+    if (id.state() == CmIdState::Listen) {
       listeners.push_back({{"id", number}, {"port_space", std::string(cm::port_space_name(id.ps))}, {"local", local},
                            {"backlog_free", id.backlog}});
       continue;
     }
-    nlohmann::json entry{{"id", number}, {"state", state_name(id.state)},
+    nlohmann::json entry{{"id", number}, {"state", std::string(to_string(id.state()))},
                          {"port_space", std::string(cm::port_space_name(id.ps))}, {"local", local}};
-    if (id.state != IdState::Idle && id.state != IdState::AddrBound) {
+    if (has_peer(id.state())) {
       entry["peer"] = id.dst.ip.to_string() + ":" + std::to_string(id.dst.port);
     }
     if (id.connection) {

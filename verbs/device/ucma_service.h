@@ -10,6 +10,7 @@
 // application closed the device: every id of the channel is destroyed, as ucma_close does)
 // and writes markers on, and sending the other with the reply.
 // One vnic, one IPv4 address: a listener on INADDR_ANY listens on it.
+// The ids and their state machine are cm_id.h's: every state change goes through it.
 #pragma once
 
 #include <sys/types.h>
@@ -33,6 +34,7 @@
 #include "stack/addresses.h"
 #include "stack/time.h"
 #include "verbs/contract/ucma_protocol.h"
+#include "verbs/device/cm_id.h"
 #include "verbs/device/nic.h"
 
 namespace rrdma::verbs {
@@ -91,6 +93,7 @@ struct UcmaCounters {
   std::uint64_t events_refused = 0;           // a command whose event would not fit (ENOMEM)
   std::uint64_t ports_refused = 0;            // a user at max_ports_per_uid
   std::uint64_t ids_torn_down_later = 0;      // a closed channel's ids, destroyed in batches
+  std::uint64_t id_transitions_refused = 0;   // a state change cma.c never makes (cm_id.h): 0
 };
 std::vector<std::pair<std::string, std::uint64_t>> named(const UcmaCounters& counters);
 
@@ -111,6 +114,8 @@ class UcmaService final : private rocev2::cm::CmEventSink {
   ucma::Frame handle(uid_t uid, pid_t pid, const ucma::Frame& request, control::ReceivedFds& fds, Instant now);
 
   rocev2::cm::ConnectionManager& cm() { return cm_; }
+  // Sees every state change of every id (`rrdma-vnic trace --layer rdma_cm`).
+  void set_observer(CmIdObserver* observer) { ids_machine_.set_observer(observer); }
   std::optional<Instant> next_deadline() const;
   void advance(Instant now);
   // The netdev's address or MTU changed (`up --netdev`): new ids bind and resolve with them.
@@ -124,44 +129,7 @@ class UcmaService final : private rocev2::cm::CmEventSink {
   nlohmann::json listing() const;
 
  private:
-  enum class IdState : std::uint8_t {
-    Idle, AddrQuery, AddrResolved, RouteResolved, Connect, Disconnect, AddrBound, Listen
-  };
-  static const char* state_name(IdState s);
-
-  struct Endpoint {
-    stack::Ipv4Address ip{};
-    std::uint16_t port = 0;
-  };
-
-  struct CmId {
-    std::uint32_t id = 0;
-    std::uint64_t channel = 0;
-    std::uint64_t uid = 0;                // librdmacm's cma_id_private*, echoed in events
-    rocev2::cm::PortSpace ps = rocev2::cm::PortSpace::Tcp;
-    bool ud = false;
-    IdState state = IdState::Idle;
-    bool bound = false;
-    bool on_device = false;               // bound to the vnic's address (not INADDR_ANY)
-    bool ipv6_family = false;             // bound with a sockaddr_in6 (reported back so)
-    Endpoint src{};
-    Endpoint dst{};
-    std::uint32_t seq_num = 0;            // our starting PSN (the PSN we expect to receive)
-    std::optional<rocev2::cm::ConnectionId> connection;
-    bool active = false;
-    std::uint32_t qp_num = 0;
-    std::uint32_t qkey = 0;
-    std::uint32_t events_reported = 0;
-    std::uint32_t backlog = 0;            // listener: CONNECT_REQUESTs that may wait unfetched
-    std::optional<std::uint32_t> listener;  // a child: the listener whose request made it
-    std::uint8_t tos = 0;
-    bool reuseaddr = false;
-    std::optional<std::uint8_t> ack_timeout;
-    uid_t owner_uid = 0;                  // whose limits the id counts against
-    pid_t owner_pid = 0;
-    std::optional<Instant> resolve_deadline;  // AddrQuery: ADDR_ERROR after this
-    std::uint32_t flow_label = 0;
-  };
+  using Endpoint = CmId::Endpoint;
 
   struct QueuedEvent {
     std::uint32_t id = 0;           // the id the event is about (resp.id)
@@ -256,6 +224,7 @@ class UcmaService final : private rocev2::cm::CmEventSink {
   std::uint32_t next_id_ = 1;
   std::mt19937_64 random_;
   UcmaCounters counters_;
+  CmIdMachine ids_machine_{counters_.id_transitions_refused};  // every state change of ids_
   Instant now_{};  // the time of the command or timer being handled (for CM calls from events)
 };
 
