@@ -308,13 +308,16 @@ std::optional<std::string> missing_net_admin() {
       "or grant the capability, e.g. setcap cap_net_admin+ep $(command -v rrdma-vnic)");
 }
 
-// The running vnic of this user that already serves `netdev`, if any (a second daemon on it
-// would fail to bind UDP 4791 with a less helpful message).
+// The running vnic of this user that already serves `netdev` in this network namespace, if
+// any (a second daemon on it would fail to bind UDP 4791 with a less helpful message). An
+// interface of the same name in another namespace is another interface.
 std::optional<std::string> vnic_serving(const std::string& netdev) {
+  const std::string here = network_namespace_id();
   for (const auto& name : names_in_runtime_dir()) {
     if (assess(observe(name)) != Liveness::kRunning) continue;
     const QueryResult result = query_vnic(name, "status");
-    if (result.reply && result.reply->value("netdev", nlohmann::json()) == netdev) return name;
+    if (!result.reply || result.reply->value("netdev", nlohmann::json()) != netdev) continue;
+    if (result.reply->value("netns", std::string()) == here) return name;
   }
   return std::nullopt;
 }

@@ -1,6 +1,7 @@
 #include "vnic/report.h"
 
 #include "verbs/device/qp_rules.h"
+#include "vnic/runtime.h"
 
 #include <chrono>
 #include <sstream>
@@ -107,6 +108,7 @@ nlohmann::json status_json(const StatusReport& report) {
           {"mtu", config.mtu},
           {"bridge", text_or_null(config.bridge)},
           {"netdev", text_or_null(config.netdev)},
+          {"netns", network_namespace_id()},
           {"gateway", text_or_null(gateway)},
           {"pid", report.pid},
           {"uptime_s", whole_seconds(report.uptime)},

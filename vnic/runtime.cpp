@@ -208,4 +208,10 @@ void write_state_file(const std::filesystem::path& path, const nlohmann::json& s
   std::filesystem::rename(temporary, path);
 }
 
+std::string network_namespace_id() {
+  struct stat namespace_file{};
+  if (::stat("/proc/self/ns/net", &namespace_file) != 0) return {};
+  return std::to_string(namespace_file.st_dev) + ":" + std::to_string(namespace_file.st_ino);
+}
+
 }  // namespace rrdma::vnic

@@ -82,6 +82,11 @@ class PidFileLock {
   std::filesystem::path path_;
 };
 
+// This process's network namespace, as "device:inode" of /proc/self/ns/net (the identity the
+// kernel gives it); empty if unreadable. Two `up --netdev eth0` in two namespaces are two
+// interfaces that share a name.
+std::string network_namespace_id();
+
 std::optional<pid_t> read_pid_file(const std::filesystem::path& path);
 std::optional<nlohmann::json> read_state_file(const std::filesystem::path& path);
 void write_state_file(const std::filesystem::path& path, const nlohmann::json& state);

@@ -97,6 +97,20 @@ up_netdev on_a rr0 "$IF_A"
 up_netdev on_b rr1 "$IF_B"
 expect_one_line_error "a second up on $IF_A" "${AS_A[@]}" "$RRDMA_VNIC" up --name rr9 --netdev "$IF_A"
 grep -q "already has an RDMA device: rr0" "$TMPD/err.err" || fail_case "second up: $(cat "$TMPD/err.err")"
+# An interface of the same name in another namespace is another interface: the same user,
+# the same state directory, and an `up` there is not refused (bench/run met the refusal).
+as_user "$NS_B" "$RUN_A" "$USER_ID"; AS_B_WITH_A_DIR=("${AS[@]}")
+ip -n "$NS_B" link add "$IF_A" type veth peer name "${PREFIX}o"
+ip -n "$NS_B" addr add 192.0.2.1/24 dev "$IF_A"
+ip -n "$NS_B" link set "${PREFIX}o" up
+ip -n "$NS_B" link set "$IF_A" up
+if "${AS_B_WITH_A_DIR[@]}" timeout 30 "$RRDMA_VNIC" up --name rr8 --netdev "$IF_A" >"$TMPD/up8.out" 2>&1; then
+  register_pid "$(daemon_pid "$RUN_A" rr8)"
+  "${AS_B_WITH_A_DIR[@]}" timeout 30 "$RRDMA_VNIC" down rr8 >/dev/null 2>&1 || fail_case "down rr8"
+else
+  fail_case "up --netdev $IF_A in $NS_B, beside rr0 on $NS_A's $IF_A: $(cat "$TMPD/up8.out")"
+fi
+ip -n "$NS_B" link del "$IF_A"
 on_a "$RRDMA_VNIC" status rr0 --json >"$TMPD/status.json" || fail "status as the owner"
 json_value "$TMPD/status.json" netdev; expect_eq "$VALUE" "$IF_A" "status netdev"
 json_value "$TMPD/status.json" gids; [[ "$VALUE" == *"$IP_A"* ]] || fail_case "GIDs: $VALUE"
