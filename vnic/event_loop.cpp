@@ -1,6 +1,7 @@
 #include "vnic/event_loop.h"
 
 #include <fcntl.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -94,7 +95,9 @@ std::optional<unsigned> runnable_tasks_in_loadavg(std::string_view text) {
   return runnable;
 }
 
-EventLoop::EventLoop(const EventLoopConfig& config) : config_(config) {
+EventLoop::EventLoop(const EventLoopConfig& config)
+    : config_(config),
+      rx_buffer_size_(config.receive_buffer_size != 0 ? config.receive_buffer_size : config.frame_buffer_size) {
   if (config_.rx_buffers == 0 || (config_.rx_buffers & (config_.rx_buffers - 1)) != 0) {
     throw std::invalid_argument("rx_buffers must be a power of two");
   }
@@ -115,7 +118,7 @@ EventLoop::EventLoop(const EventLoopConfig& config) : config_(config) {
   }
   if (rc < 0) throw std::system_error(-rc, std::generic_category(), "io_uring_queue_init");
 
-  rx_memory_bytes_ = config_.rx_buffers * config_.frame_buffer_size;
+  rx_memory_bytes_ = config_.rx_buffers * rx_buffer_size_;
   rx_memory_ = map_anonymous(rx_memory_bytes_);
   buffer_ring_bytes_ = config_.rx_buffers * sizeof(io_uring_buf);
   buffer_ring_ = reinterpret_cast<io_uring_buf_ring*>(map_anonymous(buffer_ring_bytes_));
@@ -191,6 +194,7 @@ void EventLoop::attach_datagram_socket(int fd, DatagramHandler on_datagram) {
     throw std::runtime_error("this kernel's io_uring has no recvmsg (Linux 6.0 or newer is needed)");
   }
   datagram_socket_ = true;
+  segmentation_on_ = config_.udp_segmentation;
   multishot_read_ = true;  // multishot recvmsg: Linux 6.0, below every kernel we support
   counters_.multishot_read = 1;
   on_datagram_ = std::move(on_datagram);
@@ -218,7 +222,7 @@ void EventLoop::arm_frame_reads() {
       io_uring_prep_rw(kOpReadMultishot, sqe, frame_fd_, nullptr, 0, 0);
     } else {
       io_uring_prep_read(sqe, frame_fd_, nullptr,
-                         static_cast<unsigned>(config_.frame_buffer_size), 0);
+                         static_cast<unsigned>(rx_buffer_size_), 0);
     }
     target_frame_device(sqe);
     sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -235,6 +239,7 @@ std::uint8_t* EventLoop::slot_memory(std::uint32_t slot) const {
 
 void EventLoop::queue_write(std::uint32_t slot, std::size_t size, const DatagramDestination& destination) {
   if (datagram_socket_) {
+    close_open_run();  // datagrams leave in the order given
     queue_sendmsg(slot, size, destination);
     return;
   }
@@ -249,18 +254,26 @@ void EventLoop::queue_write(std::uint32_t slot, std::size_t size, const Datagram
   ++inflight_;
 }
 
-// The control messages give the datagram its source address, TOS and TTL.
 void EventLoop::queue_sendmsg(std::uint32_t slot, std::size_t size, const DatagramDestination& destination) {
   SlotMessage& message = slot_messages_[slot];
+  message.vectors.assign(1, iovec{slot_memory(slot), size});
+  message.followers.clear();
+  send_message(slot, destination, 0);
+}
+
+// The control messages give the datagram its source address, TOS and TTL, and a run its
+// segment size.
+void EventLoop::send_message(std::uint32_t slot, const DatagramDestination& destination, std::size_t segment_size) {
+  SlotMessage& message = slot_messages_[slot];
   message.to = destination.to;
-  message.vector = iovec{slot_memory(slot), size};
   message.header = msghdr{};
   message.header.msg_name = &message.to;
   message.header.msg_namelen = sizeof(message.to);
-  message.header.msg_iov = &message.vector;
-  message.header.msg_iovlen = 1;
+  message.header.msg_iov = message.vectors.data();
+  message.header.msg_iovlen = message.vectors.size();
   message.header.msg_control = message.control;
-  message.header.msg_controllen = sizeof(message.control);
+  message.header.msg_controllen = CMSG_SPACE(sizeof(in_pktinfo)) + 2 * CMSG_SPACE(sizeof(int)) +
+                                  (segment_size > 0 ? CMSG_SPACE(sizeof(std::uint16_t)) : 0);
   cmsghdr* cmsg = CMSG_FIRSTHDR(&message.header);
   cmsg->cmsg_level = IPPROTO_IP;
   cmsg->cmsg_type = IP_PKTINFO;
@@ -268,20 +281,77 @@ void EventLoop::queue_sendmsg(std::uint32_t slot, std::size_t size, const Datagr
   in_pktinfo info{};
   info.ipi_spec_dst = destination.from;
   std::memcpy(CMSG_DATA(cmsg), &info, sizeof(info));
-  const auto put_int = [&](int type, int value) {
+  const auto put = [&](int level, int type, const void* value, std::size_t length) {
     cmsg = CMSG_NXTHDR(&message.header, cmsg);
-    cmsg->cmsg_level = IPPROTO_IP;
+    cmsg->cmsg_level = level;
     cmsg->cmsg_type = type;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cmsg), &value, sizeof(value));
+    cmsg->cmsg_len = CMSG_LEN(length);
+    std::memcpy(CMSG_DATA(cmsg), value, length);
   };
-  put_int(IP_TOS, destination.tos);
-  put_int(IP_TTL, destination.ttl);
+  const int tos = destination.tos;
+  const int ttl = destination.ttl;
+  put(IPPROTO_IP, IP_TOS, &tos, sizeof(tos));
+  put(IPPROTO_IP, IP_TTL, &ttl, sizeof(ttl));
+  if (segment_size > 0) {
+    const auto gso_size = static_cast<std::uint16_t>(segment_size);
+    put(SOL_UDP, UDP_SEGMENT, &gso_size, sizeof(gso_size));
+  }
   io_uring_sqe* sqe = next_sqe();
   io_uring_prep_sendmsg(sqe, frame_fd_, &message.header, 0);
   target_frame_device(sqe);
   io_uring_sqe_set_data64(sqe, tag(Kind::kWrite, slot));
   ++inflight_;
+}
+
+namespace {
+
+bool same_destination(const DatagramDestination& a, const DatagramDestination& b) {
+  return a.to.sin_addr.s_addr == b.to.sin_addr.s_addr && a.to.sin_port == b.to.sin_port &&
+         a.from.s_addr == b.from.s_addr && a.tos == b.tos && a.ttl == b.ttl;
+}
+
+}  // namespace
+
+// A run: one destination, and every datagram of the segment size but the last, which may
+// be shorter and then ends the run (UDP_SEGMENT cuts the buffer into segment-size pieces).
+bool EventLoop::joins_open_run(std::size_t size, const DatagramDestination& destination) const {
+  if (!open_run_ || !same_destination(open_run_->destination, destination)) return false;
+  return size <= open_run_->segment_size && open_run_->bytes + size <= kMaxRunBytes &&
+         slot_messages_[open_run_->first].vectors.size() < kMaxRunSegments;
+}
+
+std::size_t EventLoop::run_position(std::size_t size, const DatagramDestination& destination) const {
+  return segmentation_on_ && joins_open_run(size, destination) ? slot_messages_[open_run_->first].vectors.size() : 0;
+}
+
+void EventLoop::gather(std::uint32_t slot, std::size_t size, const DatagramDestination& destination) {
+  if (joins_open_run(size, destination)) {
+    SlotMessage& message = slot_messages_[open_run_->first];
+    message.vectors.push_back(iovec{slot_memory(slot), size});
+    message.followers.push_back(slot);
+    open_run_->bytes += size;
+    const bool full = message.vectors.size() == kMaxRunSegments ||
+                      open_run_->bytes + open_run_->segment_size > kMaxRunBytes;
+    if (size < open_run_->segment_size || full) close_open_run();
+    return;
+  }
+  close_open_run();
+  SlotMessage& message = slot_messages_[slot];
+  message.vectors.assign(1, iovec{slot_memory(slot), size});
+  message.followers.clear();
+  open_run_ = OpenRun{slot, size, size, destination};
+}
+
+// Queues the gathered datagrams: one sendmsg, with UDP_SEGMENT when there are several.
+void EventLoop::close_open_run() {
+  if (!open_run_) return;
+  const OpenRun run = *std::exchange(open_run_, std::nullopt);
+  const std::size_t count = slot_messages_[run.first].vectors.size();
+  if (count > 1) {
+    ++counters_.tx_segment_runs;
+    counters_.tx_segmented_datagrams += count;
+  }
+  send_message(run.first, run.destination, count > 1 ? run.segment_size : 0);
 }
 
 bool EventLoop::transmit(ByteSpan frame) { return queue_or_backlog(frame, DatagramDestination{}); }
@@ -339,6 +409,10 @@ void EventLoop::transmit_prepared_to(std::size_t size, const DatagramDestination
   if (size > config_.frame_buffer_size) {
     ++counters_.tx_oversize_drops;
     free_tx_slots_.push_back(slot);
+    return;
+  }
+  if (segmentation_on_) {
+    gather(slot, size, destination);
     return;
   }
   queue_write(slot, size, destination);
@@ -459,6 +533,7 @@ void EventLoop::run() {
 }
 
 void EventLoop::wait_for_completions() {
+  close_open_run();  // nothing gathered waits past this iteration
   if (last_activity_ && config_.busy_poll > Duration::zero()) {
     const Instant now = Clock::now();
     const Instant until = *last_activity_ + config_.busy_poll;
@@ -545,8 +620,8 @@ void EventLoop::dispatch(const io_uring_cqe& cqe, Instant now) {
 }
 
 void EventLoop::recycle_buffer(unsigned buffer_id) {
-  io_uring_buf_ring_add(buffer_ring_, rx_memory_ + static_cast<std::size_t>(buffer_id) * config_.frame_buffer_size,
-                        static_cast<unsigned>(config_.frame_buffer_size),
+  io_uring_buf_ring_add(buffer_ring_, rx_memory_ + static_cast<std::size_t>(buffer_id) * rx_buffer_size_,
+                        static_cast<unsigned>(rx_buffer_size_),
                         static_cast<unsigned short>(buffer_id),
                         io_uring_buf_ring_mask(config_.rx_buffers),
                         static_cast<int>(buffers_to_return_++));
@@ -579,15 +654,15 @@ void EventLoop::on_frame_read(const io_uring_cqe& cqe, Instant now) {
   consecutive_read_errors_ = 0;
   if ((cqe.flags & IORING_CQE_F_BUFFER) == 0) return;
   const unsigned buffer_id = cqe.flags >> IORING_CQE_BUFFER_SHIFT;
-  const std::size_t length = std::min<std::size_t>(static_cast<std::size_t>(cqe.res), config_.frame_buffer_size);
+  const std::size_t length = std::min<std::size_t>(static_cast<std::size_t>(cqe.res), rx_buffer_size_);
   ++counters_.tap_rx_frames;
   counters_.tap_rx_bytes += length;
   if (datagram_socket_ && buffer_id < config_.rx_buffers) {
-    deliver_datagram(rx_memory_ + static_cast<std::size_t>(buffer_id) * config_.frame_buffer_size, length, now);
-  } else if (length == config_.frame_buffer_size) {
+    deliver_datagram(rx_memory_ + static_cast<std::size_t>(buffer_id) * rx_buffer_size_, length, now);
+  } else if (length == rx_buffer_size_) {
     ++counters_.rx_truncated;
   } else if (on_frame_ && buffer_id < config_.rx_buffers) {
-    on_frame_(ByteSpan(rx_memory_ + static_cast<std::size_t>(buffer_id) * config_.frame_buffer_size, length), now);
+    on_frame_(ByteSpan(rx_memory_ + static_cast<std::size_t>(buffer_id) * rx_buffer_size_, length), now);
   }
   recycle_buffer(buffer_id);
 }
@@ -604,6 +679,12 @@ void EventLoop::deliver_datagram(std::uint8_t* buffer, std::size_t length, Insta
   std::memcpy(&datagram.source, io_uring_recvmsg_name(out), sizeof(sockaddr_in));
   for (cmsghdr* cmsg = io_uring_recvmsg_cmsg_firsthdr(out, &recv_header_); cmsg != nullptr;
        cmsg = io_uring_recvmsg_cmsg_nexthdr(out, &recv_header_, cmsg)) {
+    if (cmsg->cmsg_level == SOL_UDP && cmsg->cmsg_type == UDP_GRO && cmsg->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      int segment_size = 0;
+      std::memcpy(&segment_size, CMSG_DATA(cmsg), sizeof(segment_size));
+      datagram.segment_size = segment_size > 0 ? static_cast<std::size_t>(segment_size) : 0;
+      continue;
+    }
     if (cmsg->cmsg_level != IPPROTO_IP) continue;
     if (cmsg->cmsg_type == IP_PKTINFO && cmsg->cmsg_len >= CMSG_LEN(sizeof(in_pktinfo))) {
       in_pktinfo info{};
@@ -629,12 +710,27 @@ void EventLoop::deliver_datagram(std::uint8_t* buffer, std::size_t length, Insta
 }
 
 void EventLoop::on_write_done(const io_uring_cqe& cqe) {
-  free_tx_slots_.push_back(static_cast<std::uint32_t>(argument_of(cqe.user_data)));
+  const auto slot = static_cast<std::uint32_t>(argument_of(cqe.user_data));
+  free_tx_slots_.push_back(slot);
+  std::size_t datagrams = 1;
+  if (datagram_socket_) {
+    SlotMessage& message = slot_messages_[slot];
+    free_tx_slots_.insert(free_tx_slots_.end(), message.followers.begin(), message.followers.end());
+    datagrams += message.followers.size();
+    // EINVAL or EIO for a run: this path cannot segment (a device without checksum offload
+    // before Linux 6.11, an IPsec route). Its datagrams are lost, as any write that fails;
+    // later ones go one by one.
+    if (cqe.res < 0 && !message.followers.empty() && (cqe.res == -EINVAL || cqe.res == -EIO)) {
+      segmentation_on_ = false;
+      ++counters_.tx_segmentation_refused;
+    }
+    message.followers.clear();
+  }
   if (cqe.res < 0) {
-    ++counters_.tx_write_errors;
+    counters_.tx_write_errors += datagrams;
     return;
   }
-  ++counters_.tap_tx_frames;
+  counters_.tap_tx_frames += datagrams;
   counters_.tap_tx_bytes += static_cast<std::uint64_t>(cqe.res);
 }
 
@@ -669,6 +765,7 @@ void EventLoop::shut_down() {
     }
   };
   wait_until(kShutdownTxGrace, [this] {
+    close_open_run();
     flush_backlog();
     return tx_backlog_.empty() && free_tx_slots_.size() == config_.tx_slots;
   });

@@ -44,6 +44,9 @@ struct EventLoopConfig {
   // read silently truncates a frame to the buffer, so a read that fills its buffer is
   // taken as truncated and dropped.
   std::size_t frame_buffer_size = 2048;
+  // Bytes per receive buffer when they differ from the transmit slots' (0: the same): a
+  // datagram socket with UDP_GRO receives up to 64 KiB in one datagram.
+  std::size_t receive_buffer_size = 0;
   unsigned tx_slots = 256;           // transmit buffers in flight at once
   // Frames that found every slot in flight wait in this order, copied, for a free slot;
   // beyond this many they are dropped. Senders that pace themselves by transmit_room() (the
@@ -51,6 +54,11 @@ struct EventLoopConfig {
   // batch of frames that asked for them.
   std::size_t tx_backlog_frames = 4096;
   bool multishot_read = true;        // false forces the single-read fallback (tests)
+  // Datagram socket only: consecutive datagrams to one destination, all of one size but the
+  // last, leave as one sendmsg with UDP_SEGMENT (a run, at most kMaxRunSegments), which the
+  // kernel cuts back into the datagrams as late as the path allows (GSO). Needs a socket
+  // that sends UDP checksums (the kernel refuses UDP_SEGMENT with SO_NO_CHECK).
+  bool udp_segmentation = false;
   // IORING_SETUP_DEFER_TASKRUN: completions are posted only when the loop enters the kernel
   // to collect them, never by interrupting it. False is the set-up the loop falls back to on
   // a kernel that refuses it (tests cover that path with it); turned off on purpose it was
@@ -89,6 +97,9 @@ struct LoopCounters {
   std::uint64_t fixed_buffers = 0;        // 1 when the TAP's writes come from registered buffers
   std::uint64_t busy_polls = 0;           // waits that spun before sleeping
   std::uint64_t busy_poll_hits = 0;       // ... and found a completion without sleeping
+  std::uint64_t tx_segment_runs = 0;      // sendmsgs that carried a run of datagrams (UDP_SEGMENT)
+  std::uint64_t tx_segmented_datagrams = 0;  // the datagrams those runs carried
+  std::uint64_t tx_segmentation_refused = 0;  // runs the kernel refused: segmentation is off since
 };
 
 // The number of runnable tasks in the text of /proc/loadavg ("0.52 0.58 0.59 3/1213 12345":
@@ -103,6 +114,9 @@ struct Datagram {
   int ifindex = 0;          // IP_PKTINFO: the interface it arrived on
   std::uint8_t tos = 0;     // IP_RECVTOS
   std::uint8_t ttl = 0;     // IP_RECVTTL
+  // UDP_GRO: the payload is several datagrams of this size, sent back to back by one sender
+  // to one destination, the last maybe shorter; 0: one datagram.
+  std::size_t segment_size = 0;
 };
 
 // Where one datagram goes, and the IPv4 fields a sender may choose per datagram.
@@ -153,6 +167,14 @@ class EventLoop {
   // backlog and order, each datagram to its own destination.
   bool transmit_to(ByteSpan payload, const DatagramDestination& destination);
   void transmit_prepared_to(std::size_t size, const DatagramDestination& destination);
+  // With udp_segmentation: the place a datagram of `size` bytes to `destination` would take
+  // in the run being gathered if transmit_prepared_to() came next, 0 when it would start a
+  // run. The kernel gives a run's segments the IPv4 IDs of the run's own ID upward, one
+  // each (inet_gso_segment); an unconnected socket with DF sends ID 0, so the datagram's ID
+  // on the wire is this place. (Always 0 without udp_segmentation.)
+  std::size_t run_position(std::size_t size, const DatagramDestination& destination) const;
+  static constexpr std::size_t kMaxRunSegments = 64;  // the kernel's UDP_MAX_SEGMENTS (6.1)
+  static constexpr std::size_t kMaxRunBytes = 65507;  // one UDP datagram's payload over IPv4
   // Transmit slots not in flight.
   std::size_t free_transmit_slots() const { return free_tx_slots_.size(); }
   // Frames transmit() puts in a slot at once: the free slots while nothing waits in the
@@ -197,9 +219,19 @@ class EventLoop {
   // request, so each slot has its own.
   struct SlotMessage {
     msghdr header{};
-    iovec vector{};
+    std::vector<iovec> vectors;           // one per datagram of its run (one alone)
+    std::vector<std::uint32_t> followers;  // the run's other slots, freed with this one
     sockaddr_in to{};
-    alignas(cmsghdr) std::uint8_t control[CMSG_SPACE(sizeof(in_pktinfo)) + 2 * CMSG_SPACE(sizeof(int))]{};
+    alignas(cmsghdr) std::uint8_t control[CMSG_SPACE(sizeof(in_pktinfo)) + 2 * CMSG_SPACE(sizeof(int)) +
+                                          CMSG_SPACE(sizeof(std::uint16_t))]{};
+  };
+  // The datagrams gathered for one sendmsg, not yet queued: the first one's slot carries the
+  // message.
+  struct OpenRun {
+    std::uint32_t first = 0;
+    std::size_t segment_size = 0;
+    std::size_t bytes = 0;
+    DatagramDestination destination;
   };
 
   io_uring_sqe* next_sqe();
@@ -208,6 +240,10 @@ class EventLoop {
   void write_in_free_slot(const Waiting& frame);
   void queue_write(std::uint32_t slot, std::size_t size, const DatagramDestination& destination);
   void queue_sendmsg(std::uint32_t slot, std::size_t size, const DatagramDestination& destination);
+  bool joins_open_run(std::size_t size, const DatagramDestination& destination) const;
+  void gather(std::uint32_t slot, std::size_t size, const DatagramDestination& destination);
+  void close_open_run();
+  void send_message(std::uint32_t slot, const DatagramDestination& destination, std::size_t segment_size);
   bool queue_or_backlog(ByteSpan bytes, const DatagramDestination& destination);
   void deliver_datagram(std::uint8_t* buffer, std::size_t length, Instant now);
   void arm_frame_reads();
@@ -230,6 +266,7 @@ class EventLoop {
   void shut_down();
 
   EventLoopConfig config_;
+  std::size_t rx_buffer_size_;
   io_uring ring_{};
   bool stopping_ = false;
   LoopCounters counters_;
@@ -264,6 +301,8 @@ class EventLoop {
   msghdr recv_header_{};
   std::vector<SlotMessage> slot_messages_;
   std::optional<std::uint32_t> prepared_slot_;  // handed out by prepare_transmit()
+  std::optional<OpenRun> open_run_;             // udp_segmentation: datagrams being gathered
+  bool segmentation_on_ = false;
 
   std::map<std::uint64_t, Watch> watches_;  // keyed by a never-reused id
   std::uint64_t next_watch_id_ = 1;

@@ -208,7 +208,10 @@ std::vector<std::pair<std::string, std::uint64_t>> named(const LoopCounters& c) 
           {"fixed_file", c.fixed_file},
           {"fixed_buffers", c.fixed_buffers},
           {"busy_polls", c.busy_polls},
-          {"busy_poll_hits", c.busy_poll_hits}};
+          {"busy_poll_hits", c.busy_poll_hits},
+          {"tx_segment_runs", c.tx_segment_runs},
+          {"tx_segmented_datagrams", c.tx_segmented_datagrams},
+          {"tx_segmentation_refused", c.tx_segmentation_refused}};
 }
 
 nlohmann::json stats_json(const std::vector<stack::Counter>& stack_counters,

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -48,12 +49,14 @@ in_addr to_in_addr(stack::Ipv4Address address) { return in_addr{htonl(address.va
 
 }  // namespace
 
-int open_roce_socket(const std::string& netdev) {
+RoceSocket open_roce_socket(const std::string& netdev) {
   if (netdev.empty() || netdev.size() >= IFNAMSIZ || ::if_nametoindex(netdev.c_str()) == 0) {
     throw std::runtime_error("no interface named " + netdev);
   }
   const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP);
   if (fd < 0) throw std::system_error(errno, std::generic_category(), "UDP socket");
+  bool segmentation = false;
+  bool gro = false;
   try {
     if (::setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, netdev.c_str(), static_cast<socklen_t>(netdev.size())) != 0) {
       throw std::system_error(errno, std::generic_category(), "SO_BINDTODEVICE " + netdev + " (Linux 5.7 allows it without privilege)");
@@ -63,8 +66,16 @@ int open_roce_socket(const std::string& netdev) {
     set_option(fd, IPPROTO_IP, IP_RECVTTL, 1, "IP_RECVTTL");
     // DF on every datagram, as RoCE v2 sends it; an unconnected socket then sends IPv4 ID 0.
     set_option(fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, "IP_MTU_DISCOVER");
-    // UDP checksum 0, as rdma_rxe and RoCE v2 NICs send it: the ICRC covers the datagram.
-    set_option(fd, SOL_SOCKET, SO_NO_CHECK, 1, "SO_NO_CHECK");
+    // Runs of datagrams in one sendmsg (UDP_SEGMENT; 0 here: no default size, each run
+    // gives its own). Without it, UDP checksum 0, as rdma_rxe and RoCE v2 NICs send it: the
+    // ICRC covers the datagram.
+    const int no_default_segment = 0;
+    segmentation = ::setsockopt(fd, SOL_UDP, UDP_SEGMENT, &no_default_segment, sizeof(no_default_segment)) == 0;
+    if (!segmentation) set_option(fd, SOL_SOCKET, SO_NO_CHECK, 1, "SO_NO_CHECK");
+    // Runs received whole (UDP_GRO, Linux 5.0): one completion for a run its sender's kernel
+    // kept whole. Optional: without it the kernel cuts runs into datagrams before the socket.
+    const int on = 1;
+    gro = ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0;
     set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF);
     set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF);
     sockaddr_in any{};
@@ -76,7 +87,7 @@ int open_roce_socket(const std::string& netdev) {
     ::close(fd);
     throw;
   }
-  return fd;
+  return {fd, segmentation, gro};
 }
 
 KernelUdpHeaders kernel_udp_headers(const rocev2::HiddenHeaderFields& fields, std::size_t udp_payload_length,
@@ -86,8 +97,8 @@ KernelUdpHeaders kernel_udp_headers(const rocev2::HiddenHeaderFields& fields, st
           rocev2::reconstructed_udp_header(fields, udp_payload_length).value_or(rocev2::UdpHeaderBytes{})};
 }
 
-NetdevPort::NetdevPort(EventLoop& loop, int socket, std::size_t unpaced_reserve)
-    : loop_(loop), socket_(socket), unpaced_reserve_(unpaced_reserve) {}
+NetdevPort::NetdevPort(EventLoop& loop, RoceSocket socket, std::size_t unpaced_reserve)
+    : loop_(loop), socket_(socket.fd), unpaced_reserve_(unpaced_reserve) {}
 
 NetdevPort::~NetdevPort() { ::close(socket_); }
 
@@ -103,13 +114,26 @@ std::size_t NetdevPort::transmit_room() const {
 // The kernel checked the IPv4 header and the UDP checksum (if not 0) and hid the header; the
 // ICRC is checked over the header the sender's kernel must have built (docs/WIRE.md).
 void NetdevPort::receive(const Datagram& datagram, Instant now) {
+  const std::size_t segment = datagram.segment_size;
+  if (segment == 0 || datagram.payload.size() <= segment) {
+    receive_one(datagram, datagram.payload, now);
+    return;
+  }
+  // UDP_GRO: datagrams of one sender to one destination, back to back, each `segment`
+  // bytes but the last; each carries its own BTH and ICRC, checked on its own.
+  for (std::size_t offset = 0; offset < datagram.payload.size(); offset += segment) {
+    ++counters_.rx_coalesced;
+    receive_one(datagram, datagram.payload.subspan(offset, std::min(segment, datagram.payload.size() - offset)), now);
+  }
+}
+
+void NetdevPort::receive_one(const Datagram& datagram, ByteSpan transport, Instant now) {
   ++counters_.rx_packets;
   const stack::Ipv4Address destination = from_in_addr(datagram.destination);
   if (!is_ours(destination)) {
     ++counters_.rx_not_ours;
     return;
   }
-  const ByteSpan transport = datagram.payload;
   if (transport.size() < rocev2::kBthLength + rocev2::kIcrcLength) {
     ++counters_.rx_malformed;
     return;
@@ -158,17 +182,6 @@ bool NetdevPort::transmit(const rocev2::OutgoingPacket& out, std::uint16_t, Inst
   }
   const MutableByteSpan datagram = slot.first(length);
   payload->write(datagram.first(payload->length()));
-  rocev2::HiddenHeaderFields fields;
-  fields.source = source;
-  fields.destination = out.dest;
-  fields.source_port = rocev2::kRoceV2Port;
-  fields.destination_port = rocev2::kRoceV2Port;
-  fields.tos = out.traffic_class;
-  fields.ttl = rocev2::kRoceTtl;
-  const KernelUdpHeaders headers = kernel_udp_headers(fields, length, 0);
-  const auto icrc = rocev2::compute_icrc(headers.ipv4, headers.udp, datagram.first(payload->length()));
-  const auto bytes = rocev2::icrc_bytes(icrc.value_or(0));
-  std::copy(bytes.begin(), bytes.end(), datagram.begin() + static_cast<std::ptrdiff_t>(payload->length()));
   DatagramDestination destination;
   destination.to.sin_family = AF_INET;
   destination.to.sin_port = htons(rocev2::kRoceV2Port);
@@ -176,6 +189,20 @@ bool NetdevPort::transmit(const rocev2::OutgoingPacket& out, std::uint16_t, Inst
   destination.from = to_in_addr(source);
   destination.tos = out.traffic_class;
   destination.ttl = rocev2::kRoceTtl;
+  // A datagram that joins a run of UDP_SEGMENT leaves with the IPv4 ID of its place in the
+  // run (EventLoop::run_position); the ICRC covers the ID, so it is sealed with that one.
+  const auto id = static_cast<std::uint16_t>(in_slot ? loop_.run_position(length, destination) : 0);
+  rocev2::HiddenHeaderFields fields;
+  fields.source = source;
+  fields.destination = out.dest;
+  fields.source_port = rocev2::kRoceV2Port;
+  fields.destination_port = rocev2::kRoceV2Port;
+  fields.tos = out.traffic_class;
+  fields.ttl = rocev2::kRoceTtl;
+  const KernelUdpHeaders headers = kernel_udp_headers(fields, length, id);
+  const auto icrc = rocev2::compute_icrc(headers.ipv4, headers.udp, datagram.first(payload->length()));
+  const auto bytes = rocev2::icrc_bytes(icrc.value_or(0));
+  std::copy(bytes.begin(), bytes.end(), datagram.begin() + static_cast<std::ptrdiff_t>(payload->length()));
   if (tap_) tap_(headers, datagram, true);
   if (in_slot) {
     loop_.transmit_prepared_to(length, destination);

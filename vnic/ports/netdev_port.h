@@ -25,9 +25,18 @@
 
 namespace rrdma::vnic {
 
-// The socket, bound and configured; throws with a sentence a user can act on (4791 taken
-// by rdma_rxe or another daemon, no such interface...).
-int open_roce_socket(const std::string& netdev);
+// The socket, bound and configured, and whether it sends runs of datagrams with UDP_SEGMENT
+// (Linux 4.18; EventLoopConfig::udp_segmentation). The kernel refuses UDP_SEGMENT on a socket
+// that sends checksum 0 (SO_NO_CHECK), so with segmentation the datagrams carry a UDP
+// checksum, which RoCE v2 allows and the ICRC masks; without it, 0 as rdma_rxe sends
+// (docs/WIRE.md). Throws with a sentence a user can act on (4791 taken by rdma_rxe or
+// another daemon, no such interface...).
+struct RoceSocket {
+  int fd = -1;
+  bool udp_segmentation = false;
+  bool udp_gro = false;  // runs arrive whole: receive buffers must hold kMaxRunBytes
+};
+RoceSocket open_roce_socket(const std::string& netdev);
 
 // The IPv4 and UDP headers a datagram of `udp_payload_length` bytes carries when the kernel
 // sends it from an unconnected socket with DF set (identification 0; a peer such as rdma_rxe
@@ -45,7 +54,7 @@ class NetdevPort final : public RoceEndpoint {
  public:
   // `socket` from open_roce_socket(); the port closes it. `unpaced_reserve`: transmit slots
   // kept out of transmit_room() for ACKs and MADs.
-  NetdevPort(EventLoop& loop, int socket, std::size_t unpaced_reserve);
+  NetdevPort(EventLoop& loop, RoceSocket socket, std::size_t unpaced_reserve);
   ~NetdevPort() override;
 
   // The interface's IPv4 addresses: the GIDs. A datagram to any other address is dropped.
@@ -59,12 +68,14 @@ class NetdevPort final : public RoceEndpoint {
   void set_packet_tap(PacketTap tap) { tap_ = std::move(tap); }
 
   int fd() const { return socket_; }
+  // One datagram, or with UDP_GRO a run of them (Datagram::segment_size).
   void receive(const Datagram& datagram, Instant now);
   std::size_t transmit_room() const override;
 
  private:
   bool transmit(const rocev2::OutgoingPacket& packet, std::uint16_t udp_source_port, Instant now) override;
   bool is_ours(stack::Ipv4Address address) const;
+  void receive_one(const Datagram& datagram, ByteSpan transport, Instant now);
 
   EventLoop& loop_;
   int socket_;

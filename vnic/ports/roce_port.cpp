@@ -48,6 +48,7 @@ std::vector<std::pair<std::string_view, std::uint64_t>> RoceEndpoint::named_coun
   return {{"rx_packets", c.rx_packets},     {"rx_bad_icrc", c.rx_bad_icrc},
           {"rx_bad_transport", c.rx_bad_transport}, {"rx_malformed", c.rx_malformed},
           {"rx_no_device", c.rx_no_device}, {"rx_icrc_id_recovered", c.rx_icrc_id_recovered},
+          {"rx_coalesced", c.rx_coalesced},
           {"rx_not_ours", c.rx_not_ours},   {"tx_packets", c.tx_packets},
           {"tx_arp_pending", c.tx_arp_pending}, {"tx_unroutable", c.tx_unroutable},
           {"tx_too_big", c.tx_too_big},     {"tx_emit_errors", c.tx_emit_errors},

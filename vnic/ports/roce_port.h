@@ -32,6 +32,7 @@ struct RocePortCounters {
   std::uint64_t rx_malformed = 0;       // ICRC does not fit, or headers not contiguous
   std::uint64_t rx_no_device = 0;       // no Nic (or, for QP 0 and 1, GSI endpoint) attached yet
   std::uint64_t rx_icrc_id_recovered = 0;  // --netdev: the ICRC held for an IPv4 ID other than 0
+  std::uint64_t rx_coalesced = 0;  // --netdev: datagrams the kernel handed over several at once (UDP_GRO)
   std::uint64_t rx_not_ours = 0;        // --netdev: sent to an address that is not a GID
   std::uint64_t tx_packets = 0;         // handed to the stack (sent or waiting for ARP)
   std::uint64_t tx_arp_pending = 0;     // of which queued until ARP resolves
