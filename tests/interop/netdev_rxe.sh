@@ -49,6 +49,7 @@ require_interop
 require_system
 command -v setpriv >/dev/null || skip "no setpriv (util-linux)"
 command -v nft >/dev/null || skip "no 'nft' (scripts/deps installs nftables)"
+command -v ethtool >/dev/null || skip "no 'ethtool' (scripts/deps installs it)"
 for program in rping ucmatose ib_write_bw ib_read_bw ib_send_bw; do
   command -v "$program" >/dev/null || skip "no '$program' (scripts/deps installs rdmacm-utils and perftest)"
 done
@@ -60,6 +61,10 @@ VM_IP=$NET.2 ND_IP=$NET.20
 VM_MAC=$(mac_for 9)
 make_bridge "$BRIDGE"
 make_peer "$NS" "$BRIDGE" "${PREFIX}h" "$VETH" "$ND_IP/24"
+# Runs of datagrams (UDP_SEGMENT) are cut up in software before the veth, so that the capture
+# on it sees each datagram with the IPv4 ID the kernel gave it, as rxe receives them (the VM's
+# tap segments anyway: Debian 12's QEMU offers no UDP segmentation offload).
+ip netns exec "$NS" ethtool -K "$VETH" tx-udp-segmentation off >/dev/null || fail "ethtool -K $VETH"
 
 # Our side: an ordinary user of this run's own (no passwd entry needed), its state directory,
 # the daemon and programs as that user. Not 65534: the kernel charges io_uring's registered

@@ -3,10 +3,11 @@
 # exists to catch. From the golden rxe capture rxe_send_bw.pcapng (10.77.0.3 sends, 10.77.0.2
 # ACKs), 10.77.0.3's frames are rewritten as our netdev port sends them (IPv4 ID 0, DF, UDP
 # checksum 0, source port 4791, ICRC and IPv4 checksum made good again): that capture passes
-# with 10.77.0.3 as ours and 10.77.0.2 as the peer. Then one frame of it at a time gets an ID
-# other than 0, DF cleared, a UDP checksum, another source port (each resealed: the ICRC
-# alone would catch an unsealed change), or one flipped bit; the peer's IDs all 0; a peer
-# that sent nothing: each must fail, naming the frame and the reason. The unchanged golden
+# with 10.77.0.3 as ours and 10.77.0.2 as the peer, and so does one frame given the ID of a
+# place in a UDP_SEGMENT run (5, resealed) or a UDP checksum. Then one frame at a time gets
+# an ID no run gives (64), DF cleared, another source port (each resealed: the ICRC alone
+# would catch an unsealed change), or one flipped bit; the peer's IDs all 0; a peer that
+# sent nothing: each must fail, naming the frame and the reason. The unchanged golden
 # capture must fail with 10.77.0.3 as ours (rxe's IDs and source ports are not ours).
 # Environment: RRDMA_NETDEV_WIRE_CHECK (the checker), RRDMA_TEST_DATA_DIR (tests/data).
 set -u -o pipefail
@@ -22,7 +23,7 @@ trap 'rm -rf -- "$TMPD"' EXIT
 # IPv4 without options) and reseals each changed one (IPv4 header checksum, then the ICRC
 # over the masked packet, IBA A17.3.3, in Python's own zlib.crc32: an independent ICRC).
 #   ours:    every frame from $OURS as the netdev port sends it
-#   id1, nodf, csum, sport, flip: the first frame from $OURS changed that way
+#   id5, csum, id64, nodf, sport, flip: the first frame from $OURS changed that way
 #   peer_id0: every frame from $PEER with ID 0
 edit() {
   python3 - "$@" "$OURS" "$PEER" <<'PY'
@@ -68,8 +69,10 @@ while offset + 8 <= len(data):
             as_ours(frame)
             changed += 1
         elif mode not in ("ours", "peer_id0") and source == ours and changed == 0:
-            if mode == "id1":
-                frame[18:20] = b"\0\1"
+            if mode == "id64":
+                frame[18:20] = b"\0\x40"
+            elif mode == "id5":
+                frame[18:20] = b"\0\5"
             elif mode == "nodf":
                 frame[20] &= 0xBF
             elif mode == "sport":
@@ -103,7 +106,7 @@ grep -qE "^source $OURS \(ours\) frames [1-9][0-9]* id_zero [1-9]" "$TMPD/ours.o
 grep -qE "^frame 1 (ours|peer) .*: ok$" "$TMPD/ours.out" || fail "no per-frame line: $(head -n 3 "$TMPD/ours.out")"
 
 check golden_as_ours 1 "$GOLDEN" --ours "$OURS" --peer "$PEER" --quiet
-if ! grep -q "IPv4 ID is not 0" "$TMPD/golden_as_ours.out" || ! grep -q "UDP source port is not 4791" "$TMPD/golden_as_ours.out"; then
+if ! grep -q "IPv4 ID is not a place in a run" "$TMPD/golden_as_ours.out" || ! grep -q "UDP source port is not 4791" "$TMPD/golden_as_ours.out"; then
   fail "rxe's frames taken for ours: $(head -n 3 "$TMPD/golden_as_ours.out")"
 fi
 # The same capture with both as peers: rxe's frames pass, whatever their IDs (the run fails
@@ -112,7 +115,13 @@ check golden_peers_only 1 "$GOLDEN" --ours 10.77.0.9 --peer "$OURS" --peer "$PEE
 grep -q "no RoCE frame from 10.77.0.9" "$TMPD/golden_peers_only.out" || fail "the absent sender is not named"
 [[ $(grep -c "^frame " "$TMPD/golden_peers_only.out") == 0 ]] || fail "rxe's frames refused: $(grep "^frame " "$TMPD/golden_peers_only.out" | head -n 2)"
 
-for mode in "id1:IPv4 ID is not 0" "nodf:DF is not set" "csum:UDP checksum is not 0" \
+# What a UDP_SEGMENT run gives a frame passes: the ID of its place (resealed), and a UDP
+# checksum (masked by the ICRC; the kernel computes it when it segments).
+for mode in id5 csum; do
+  edit "$TMPD/ours.pcapng" "$TMPD/$mode.pcapng" "$mode" || fail "cannot make $mode"
+  check "$mode" 0 "$TMPD/$mode.pcapng" --ours "$OURS" --peer "$PEER" --quiet
+done
+for mode in "id64:IPv4 ID is not a place in a run" "nodf:DF is not set" \
             "sport:UDP source port is not 4791" "flip:ICRC does not verify over the IPv4 packet"; do
   edit "$TMPD/ours.pcapng" "$TMPD/${mode%%:*}.pcapng" "${mode%%:*}" || fail "cannot make ${mode%%:*}"
   check "${mode%%:*}" 1 "$TMPD/${mode%%:*}.pcapng" --ours "$OURS" --peer "$PEER" --quiet

@@ -20,7 +20,7 @@ source "$(dirname "$0")/lib.sh"
 require_system
 [[ -n "${RRDMA_NETDEV_WIRE_CHECK:-}" && -x "$RRDMA_NETDEV_WIRE_CHECK" ]] || fail "RRDMA_NETDEV_WIRE_CHECK is not set"
 command -v setpriv >/dev/null || skip "no setpriv (util-linux)"
-for program in ibv_rc_pingpong ib_write_bw rping qperf rcopy tshark; do
+for program in ibv_rc_pingpong ib_write_bw rping qperf rcopy tshark ethtool; do
   command -v "$program" >/dev/null || skip "no $program (scripts/deps installs it)"
 done
 init_test nd
@@ -165,9 +165,13 @@ grep -q "RC Send" <<<"$(tshark -r "$TMPD/owner/rr0.pcap" 2>/dev/null)" || fail_c
 grep -q "roce  RC SEND" "$TMPD/trace.out" || fail_case "trace as the owner: $(head -c 300 "$TMPD/trace.out")"
 run_pair write_bw ib_write_bw -d rr0 -x 0 -s 65536 -n 200 -- ib_write_bw -d rr1 -x 0 -s 65536 -n 200 "$IP_A"
 # The wire, during rping: tshark on A's veth; every RoCE frame of both sides must carry an
-# ICRC that verifies over the IPv4 packet and from the UDP payload alone, IPv4 ID 0, DF, UDP
-# checksum 0 and source port 4791 (rrdma_netdev_wire_check; docs/WIRE.md, "RoCE v2 through
-# the kernel's UDP").
+# ICRC that verifies over the IPv4 packet and from the UDP payload alone, DF, source port
+# 4791 and an IPv4 ID that is its place in a UDP_SEGMENT run (0 alone) (rrdma_netdev_wire_check;
+# docs/WIRE.md, "RoCE v2 through the kernel's UDP"). Both veths segment runs in software from
+# here on, so that the capture sees each datagram as a wire would, with the ID the kernel gave
+# it (a veth otherwise passes a run whole, and the other end receives it whole).
+ip netns exec "$NS_A" ethtool -K "$IF_A" tx-udp-segmentation off >/dev/null || fail "ethtool -K $IF_A"
+ip netns exec "$NS_B" ethtool -K "$IF_B" tx-udp-segmentation off >/dev/null || fail "ethtool -K $IF_B"
 ip netns exec "$NS_A" tshark -i "$IF_A" -f "udp port 4791" -w "$TMPD/rping.pcapng" >/dev/null 2>"$TMPD/tshark.err" &
 TSHARK=$!
 register_pid "$TSHARK"
