@@ -4,11 +4,13 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -425,6 +427,96 @@ TEST_CASE("datagrams sent through the slots and the backlog reach their own dest
     arrived.emplace_back(buffer.begin(), buffer.begin() + n);
   }
   CHECK(arrived == sent);
+}
+
+// Issue 28 item 7: a run of datagrams to one destination leaves in one sendmsg (UDP_SEGMENT),
+// and a receiver without UDP_GRO still gets the datagrams one by one, whole and in order.
+TEST_CASE("datagrams of one size to one destination leave as one run, and arrive as they were sent",
+          "[vnic][loop][netdev]") {
+  UdpPair pair;
+  EventLoopConfig config;
+  config.tx_slots = 16;
+  config.udp_segmentation = true;
+  EventLoop loop(config);
+  loop.attach_datagram_socket(pair.loop_end, [](const Datagram&, Instant) {});
+  DatagramDestination destination;
+  destination.to = pair.peer_address;
+  destination.from.s_addr = htonl(INADDR_LOOPBACK);
+  DatagramDestination other = destination;
+  other.tos = 0x02;  // another TOS is another run
+  std::vector<Frame> sent;
+  std::vector<std::size_t> places;
+  const auto send = [&](std::uint8_t number, std::size_t size, const DatagramDestination& to) {
+    places.push_back(loop.run_position(size, to));
+    const MutableByteSpan slot = loop.prepare_transmit(size);
+    REQUIRE(slot.size() >= size);
+    sent.push_back(numbered_frame(number, size));
+    std::copy(sent.back().begin(), sent.back().end(), slot.begin());
+    loop.transmit_prepared_to(size, to);
+  };
+  for (std::uint8_t i = 1; i <= 5; ++i) send(i, 300, destination);
+  send(6, 120, destination);  // shorter: the run's last
+  send(7, 300, destination);  // a new run
+  send(8, 300, other);
+  send(9, 300, other);
+  CHECK(places == std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 0, 0, 1});
+  loop.add_timer_source([&](Instant) -> std::optional<Instant> {
+    if (loop.counters().tap_tx_frames == sent.size()) loop.stop();
+    return Clock::now() + std::chrono::milliseconds(1);
+  });
+  loop.run();
+  CHECK(loop.counters().tx_segment_runs == 2);          // 1..6 and 8..9; 7 went alone
+  CHECK(loop.counters().tx_segmented_datagrams == 8);
+  CHECK(loop.counters().tx_write_errors == 0);
+  std::vector<Frame> arrived;
+  std::array<std::uint8_t, 2048> buffer{};
+  for (ssize_t n; (n = ::recv(pair.peer, buffer.data(), buffer.size(), MSG_DONTWAIT)) > 0;) {
+    arrived.emplace_back(buffer.begin(), buffer.begin() + n);
+  }
+  CHECK(arrived == sent);
+}
+
+TEST_CASE("a run received whole (UDP_GRO) reaches the handler with its segment size", "[vnic][loop][netdev]") {
+  UdpPair pair;
+  const int on = 1;
+  REQUIRE(::setsockopt(pair.loop_end, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0);
+  EventLoopConfig config;
+  config.rx_buffers = 2;
+  config.receive_buffer_size = 4096;
+  EventLoop loop(config);
+  // The peer sends five datagrams of 200 bytes and one of 50 in one sendmsg.
+  Frame run;
+  for (std::uint8_t i = 1; i <= 6; ++i) {
+    const Frame part = numbered_frame(i, i == 6 ? 50 : 200);
+    run.insert(run.end(), part.begin(), part.end());
+  }
+  iovec vector{run.data(), run.size()};
+  alignas(cmsghdr) std::uint8_t control[CMSG_SPACE(sizeof(std::uint16_t))]{};
+  msghdr message{};
+  message.msg_name = &pair.loop_address;
+  message.msg_namelen = sizeof(pair.loop_address);
+  message.msg_iov = &vector;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof(control);
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&message);
+  cmsg->cmsg_level = SOL_UDP;
+  cmsg->cmsg_type = UDP_SEGMENT;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+  const std::uint16_t segment = 200;
+  std::memcpy(CMSG_DATA(cmsg), &segment, sizeof(segment));
+  REQUIRE(::sendmsg(pair.peer, &message, 0) == static_cast<ssize_t>(run.size()));
+  std::vector<Datagram> received;
+  std::vector<Frame> payloads;
+  loop.attach_datagram_socket(pair.loop_end, [&](const Datagram& datagram, Instant) {
+    received.push_back(datagram);
+    payloads.emplace_back(datagram.payload.begin(), datagram.payload.end());
+    loop.stop();
+  });
+  loop.run();
+  REQUIRE(received.size() == 1);
+  CHECK(received[0].segment_size == 200);
+  CHECK(payloads[0] == run);
 }
 
 // The kilobytes of this process's pinned memory (VmPin: io_uring's registered buffers count
