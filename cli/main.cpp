@@ -196,6 +196,11 @@ int main(int argc, char** argv) {
                  "going. 0 (the default) makes those calls on the daemon's loop itself, without a bound: faster, "
                  "not safe from such memory")
       ->capture_default_str();
+  up->add_flag("--no-udp-offload", up_args.no_udp_offload,
+               "With --netdev: send each datagram on its own, with UDP checksum 0 as rdma_rxe does, instead of "
+               "runs of datagrams in one call (UDP GSO, with checksums) and receiving them whole (UDP GRO): "
+               "slower, for comparing or for a path that mishandles UDP GSO")
+      ->needs(netdev);
   up->add_flag("--foreground", foreground, "Stay in the foreground, log to stderr; SIGINT/SIGTERM stop it");
   add_quota_options(*up, up_args.quotas);
   add_user_quota_options(*up, up_args.user_quotas);

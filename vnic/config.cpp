@@ -219,6 +219,7 @@ Validated validate_netdev(const UpArguments& args) {
   if (auto error = apply_shared(args, config); !error.empty()) return refuse(error);
   config.name = args.name;
   config.netdev = args.netdev;
+  config.udp_offload = !args.no_udp_offload;
   return {std::move(config), {}};
 }
 

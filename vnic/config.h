@@ -95,6 +95,10 @@ struct VnicConfig {
   // bridge, no address of our own (mac, tap_mac, address and mtu are then the interface's,
   // read by the daemon). Needs no privilege.
   std::optional<std::string> netdev;
+  // --netdev: runs of datagrams in one sendmsg (UDP_SEGMENT) and received whole (UDP_GRO),
+  // where the kernel has them; false (`--no-udp-offload`): one datagram per call, sent with
+  // UDP checksum 0 as rdma_rxe sends it (docs/WIRE.md, "Runs").
+  bool udp_offload = true;
   // How long the loop waits for a system call on a client's memory (docs/VERBS_MEMORY.md,
   // "Memory that never answers"); 0: the calls run on the loop, unbounded.
   std::uint32_t dma_wait_ms = kDefaultDmaWaitMilliseconds;
@@ -117,6 +121,7 @@ struct UpArguments {
   std::uint32_t busy_poll_us = 0;
   std::optional<std::string> netdev;
   bool mtu_given = false;           // --mtu was on the command line
+  bool no_udp_offload = false;      // --no-udp-offload (--netdev only)
   std::uint32_t dma_wait_ms = kDefaultDmaWaitMilliseconds;
 };
 

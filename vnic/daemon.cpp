@@ -486,7 +486,7 @@ void Daemon::Impl::start_tap_loop(const EventLoopConfig& loop_config) {
 void Daemon::Impl::start_netdev_loop(EventLoopConfig loop_config) {
   constexpr std::size_t kRecvmsgOverhead = 256;
   loop_config.frame_buffer_size = frame_buffer_size(config_.mtu) + kRecvmsgOverhead;
-  const RoceSocket socket = open_roce_socket(*config_.netdev);
+  const RoceSocket socket = open_roce_socket(*config_.netdev, config_.udp_offload);
   loop_config.udp_segmentation = socket.udp_segmentation;
   if (socket.udp_gro) {
     // A run received whole is up to 64 KiB: fewer, larger receive buffers (8 MiB in all,

@@ -774,6 +774,14 @@ void EventLoop::shut_down() {
   io_uring_sqe_set_data64(sqe, tag(Kind::kCancel));
   ++inflight_;
   wait_until(kShutdownCancelGrace, [this] { return inflight_ == 0; });
+  // The registered file table holds its own reference to the device, which
+  // io_uring_queue_exit() drops only later, from a kernel worker: a --netdev daemon's socket
+  // kept UDP 4791 bound after the daemon had gone, and an `up` right after its `down` found
+  // the port taken. Unregistered now, the file goes when its owner closes it.
+  if (frame_file_fixed_) {
+    io_uring_unregister_files(&ring_);
+    frame_file_fixed_ = false;
+  }
 }
 
 }  // namespace rrdma::vnic

@@ -254,6 +254,11 @@ TEST_CASE("up --netdev: the interface gives address, MAC and MTU, and TAP option
   REQUIRE(accepted.config);
   CHECK(accepted.config->netdev == "eth0");
   CHECK_FALSE(accepted.config->bridge);
+  CHECK(accepted.config->udp_offload);  // runs of datagrams by default
+  UpArguments plain = args;
+  plain.no_udp_offload = true;
+  REQUIRE(validate(plain).config);
+  CHECK_FALSE(validate(plain).config->udp_offload);
   for (const char* flag : {"--ip", "--mac", "--mtu", "--bridge", "--create-bridge", "--uplink", "--gateway"}) {
     UpArguments bad = args;
     const std::string f(flag);

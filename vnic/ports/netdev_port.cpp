@@ -49,7 +49,7 @@ in_addr to_in_addr(stack::Ipv4Address address) { return in_addr{htonl(address.va
 
 }  // namespace
 
-RoceSocket open_roce_socket(const std::string& netdev) {
+RoceSocket open_roce_socket(const std::string& netdev, bool udp_offload) {
   if (netdev.empty() || netdev.size() >= IFNAMSIZ || ::if_nametoindex(netdev.c_str()) == 0) {
     throw std::runtime_error("no interface named " + netdev);
   }
@@ -70,12 +70,13 @@ RoceSocket open_roce_socket(const std::string& netdev) {
     // gives its own). Without it, UDP checksum 0, as rdma_rxe and RoCE v2 NICs send it: the
     // ICRC covers the datagram.
     const int no_default_segment = 0;
-    segmentation = ::setsockopt(fd, SOL_UDP, UDP_SEGMENT, &no_default_segment, sizeof(no_default_segment)) == 0;
+    segmentation = udp_offload &&
+                   ::setsockopt(fd, SOL_UDP, UDP_SEGMENT, &no_default_segment, sizeof(no_default_segment)) == 0;
     if (!segmentation) set_option(fd, SOL_SOCKET, SO_NO_CHECK, 1, "SO_NO_CHECK");
     // Runs received whole (UDP_GRO, Linux 5.0): one completion for a run its sender's kernel
     // kept whole. Optional: without it the kernel cuts runs into datagrams before the socket.
     const int on = 1;
-    gro = ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0;
+    gro = udp_offload && ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0;
     set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF);
     set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF);
     sockaddr_in any{};

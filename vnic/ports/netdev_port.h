@@ -36,7 +36,7 @@ struct RoceSocket {
   bool udp_segmentation = false;
   bool udp_gro = false;  // runs arrive whole: receive buffers must hold kMaxRunBytes
 };
-RoceSocket open_roce_socket(const std::string& netdev);
+RoceSocket open_roce_socket(const std::string& netdev, bool udp_offload = true);
 
 // The IPv4 and UDP headers a datagram of `udp_payload_length` bytes carries when the kernel
 // sends it from an unconnected socket with DF set (identification 0; a peer such as rdma_rxe
