@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "vnic/report.h"
+#include "vnic/runtime.h"
 
 using namespace rrdma;
 using namespace rrdma::vnic;
@@ -25,8 +26,11 @@ TEST_CASE("status JSON has exactly the documented fields and types", "[vnic][rep
   stack::ArpEntry neighbour{*stack::Ipv4Address::parse("10.66.0.20"),
                             *stack::MacAddress::parse("02:11:22:33:44:55"), std::chrono::milliseconds(7500)};
   const json status = status_json(StatusReport{config, 4242, std::chrono::seconds(90), {neighbour}});
-  CHECK(status.size() == 15);
+  CHECK(status.size() == 16);
   CHECK(status["netdev"].is_null());  // a TAP vnic: `up --netdev` names the interface here
+  // The daemon's network namespace ("dev:inode" of /proc/self/ns/net): here the test's own.
+  CHECK(status["netns"] == network_namespace_id());
+  CHECK(status["netns"].get<std::string>().find(':') != std::string::npos);
   CHECK(status["quotas_per_user"].is_object());
   CHECK(status["processes"] == json::array());
   CHECK(status["descriptors"].is_object());
