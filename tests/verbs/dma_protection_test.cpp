@@ -180,6 +180,20 @@ int write_from_a(Pair& p, std::uint64_t remote, std::uint32_t rkey, std::uint32_
   return cqes[0].status;
 }
 
+// A 64-byte WRITE of 0xC3 from A's QP `qa` to (remote, rkey), exchanged until both go quiet;
+// `source` holds the bytes, registered at A, and must outlive the exchange.
+template <typename Pair, typename Qp>
+void post_write_from_a(Pair& p, Qp& qa, std::vector<std::uint8_t>& source, std::uint64_t remote, std::uint32_t rkey) {
+  source.assign(64, 0xC3);
+  const Registration src = keys(reg_at(p.a.user, p.da.pd, reinterpret_cast<std::uintptr_t>(source.data()),
+                                       source.size(), IBV_ACCESS_LOCAL_WRITE));
+  SendWqe wqe = wqe_for(1, rocev2::WrOpcode::RdmaWrite, source, 64, src.lkey);
+  wqe.remote_addr = remote;
+  wqe.rkey = rkey;
+  qa.post_send(wqe);
+  exchange(p.a, p.b);
+}
+
 bool all_bytes(const std::uint8_t* bytes, std::size_t length, std::uint8_t value) {
   for (std::size_t i = 0; i < length; ++i)
     if (bytes[i] != value) return false;
@@ -259,14 +273,8 @@ TEST_CASE("dma stall: memory that never answers stops its own client only, anoth
   connect(p.a.user, *qa2, kTestIpB, qs->qpn);
   const Registration fuse_page = keys(reg_at(stalling, ds.pd, child.address(), kPage, kWritable));
 
-  std::vector<std::uint8_t> source(64, 0xC3);
-  const Registration src = keys(reg_at(p.a.user, p.da.pd, reinterpret_cast<std::uintptr_t>(source.data()),
-                                       source.size(), IBV_ACCESS_LOCAL_WRITE));
-  SendWqe into_fuse = wqe_for(1, rocev2::WrOpcode::RdmaWrite, source, 64, src.lkey);
-  into_fuse.remote_addr = child.address();
-  into_fuse.rkey = fuse_page.rkey;
-  qa2->post_send(into_fuse);
-  exchange(p.a, p.b);
+  std::vector<std::uint8_t> source;
+  post_write_from_a(p, *qa2, source, child.address(), fuse_page.rkey);
   // The loop had control back while the page was still being waited for.
   CHECK(fuse->reads_asked() >= 1);
   CHECK(fuse->reads_answered() == 0);
@@ -307,14 +315,8 @@ void write_into_an_exited_client_goes_unanswered() {
   child.kill();
   child.reap();
 
-  std::vector<std::uint8_t> source(64, 0xC3);
-  const Registration src = keys(reg_at(p.a.user, p.da.pd, reinterpret_cast<std::uintptr_t>(source.data()),
-                                       source.size(), IBV_ACCESS_LOCAL_WRITE));
-  SendWqe into_dead = wqe_for(1, rocev2::WrOpcode::RdmaWrite, source, 64, src.lkey);
-  into_dead.remote_addr = child.address();
-  into_dead.rkey = page.rkey;
-  qa2->post_send(into_dead);
-  exchange(p.a, p.b);
+  std::vector<std::uint8_t> source;
+  post_write_from_a(p, *qa2, source, child.address(), page.rkey);
   CHECK(qa2->poll().empty());  // neither NAK nor ACK: the requester waits for the DREQ
   CHECK(p.b.nic.engine_counters().naks_sent == 0);
   CHECK(p.a.nic.engine_counters().naks_received == 0);
