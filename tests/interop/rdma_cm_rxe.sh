@@ -56,6 +56,12 @@ readonly PERFTEST_ATTEMPTS=3 PERFTEST_SERVER_LIMIT=60
 for attempt in $(seq "$PERFTEST_ATTEMPTS"); do
   CASES+=("send_bw_R.$attempt|timeout $PERFTEST_SERVER_LIMIT ib_send_bw -R -d @DEV@ -p @PORT@ -n 200 -s 8192|ib_send_bw -R -d @DEV@ -p @PORT@ -n 200 -s 8192 @ADDR@")
 done
+# Issue 27 item 1: short rdma_cm programs back to back, right after perftest -R, as a CI job
+# runs them: a QPN handed out again while the peer's CM still held the old connection in
+# TimeWait would have the new REQ answered as stale.
+for round in 1 2 3 4; do
+  CASES+=("rping_short$round|rping -s -a @ADDR@ -p @PORT@ -C 1|rping -c -a @ADDR@ -p @PORT@ -C 1")
+done
 readonly UDADDY_PORT=7174
 readonly CASE_TIMEOUT=180 CONNECT_LIMIT=60
 
