@@ -190,12 +190,12 @@ int main(int argc, char** argv) {
                  "before sleeping, but only while some CPU is idle: lower latency on a machine with spare CPUs, "
                  "nothing gained on a busy one")
       ->capture_default_str();
-  up->add_option("--dma-wait-ms", up_args.dma_wait_ms,
+  auto* dma_wait = up->add_option("--dma-wait-ms", up_args.dma_wait_ms,
                  "How long the daemon waits for one read or write of a client's memory (0..60000 ms) before it "
                  "gives up on that client, whose memory never answers (a FUSE file it serves, say): others keep "
-                 "going. 0 (the default) makes those calls on the daemon's loop itself, without a bound: faster, "
-                 "not safe from such memory")
-      ->capture_default_str();
+                 "going. 0 makes those calls on the daemon's loop itself, without a bound: faster, not safe from "
+                 "such memory. Default: 1000 with --group (other users share the NIC), else 0 (only its owner "
+                 "uses it)");
   up->add_flag("--no-udp-offload", up_args.no_udp_offload,
                "With --netdev: send each datagram on its own, with UDP checksum 0 as rdma_rxe does, instead of "
                "runs of datagrams in one call (UDP GSO, with checksums) and receiving them whole (UDP GRO): "
@@ -243,6 +243,7 @@ int main(int argc, char** argv) {
 
   if (up->parsed()) {
     up_args.mtu_given = mtu->count() > 0;
+    up_args.dma_wait_given = dma_wait->count() > 0;
     return run_up(up_args, foreground);
   }
   if (down->parsed()) return finish(rrdma::vnic::stop_vnic(name));

@@ -197,7 +197,10 @@ std::string apply_shared(const UpArguments& args, VnicConfig& config) {
     return "bad --dma-wait-ms " + std::to_string(args.dma_wait_ms) + ": expected 0.." +
            std::to_string(kMaxDmaWaitMilliseconds);
   }
-  config.dma_wait_ms = args.dma_wait_ms;
+  // Not given: bounded when the NIC is shared (kSharedDmaWaitMilliseconds), else on the loop.
+  config.dma_wait_ms = args.dma_wait_given ? args.dma_wait_ms
+                       : config.group       ? kSharedDmaWaitMilliseconds
+                                            : kDefaultDmaWaitMilliseconds;
   return {};
 }
 

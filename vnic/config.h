@@ -20,11 +20,14 @@ inline constexpr std::uint16_t kDefaultMtu = 1500;
 inline constexpr std::uint32_t kMaxBusyPollMicroseconds = 1000;
 // `up --dma-wait-ms`: how long the loop waits for one system call on a client's memory before
 // it gives up on that client (verbs/device/dma_thread.h); 0 makes the calls on the loop itself.
-// Off by default: through the DMA thread every write of a client's memory costs a hand-over
-// and a copy, which took ib_write_bw 64 KiB from 76-145 to 26-64 MB/s here and timed out
-// perftest's latency rows on a loaded machine (docs/VERBS_MEMORY.md); until DMA is
-// asynchronous in the engine the stall protection is asked for with `--dma-wait-ms 1000`.
+// The default depends on who may use the NIC. A vnic with `--group` serves other users, one of
+// whom must not stall it for the rest with memory that never answers: the bound is on
+// (kSharedDmaWaitMilliseconds). Without, only its owner (root, or the user of a --netdev
+// device) uses it, who can stall only themselves, and the calls run on the loop: through the
+// DMA thread each costs a hand-over, which cost 20-50 % of ib_write_bw 64 KiB and nearly
+// tripled ib_write_lat here (docs/PERFORMANCE.md, "The DMA thread").
 inline constexpr std::uint32_t kDefaultDmaWaitMilliseconds = 0;
+inline constexpr std::uint32_t kSharedDmaWaitMilliseconds = 1000;
 inline constexpr std::uint32_t kMaxDmaWaitMilliseconds = 60000;
 
 // The per-process quotas `up` was given (--max-*-per-process); each one left out is derived
@@ -123,6 +126,7 @@ struct UpArguments {
   bool mtu_given = false;           // --mtu was on the command line
   bool no_udp_offload = false;      // --no-udp-offload (--netdev only)
   std::uint32_t dma_wait_ms = kDefaultDmaWaitMilliseconds;
+  bool dma_wait_given = false;      // --dma-wait-ms was on the command line
 };
 
 // Either a config or the one-line reason the arguments are refused.

@@ -142,9 +142,18 @@ TEST_CASE("a busy-poll window beyond a millisecond is refused", "[vnic][config]"
   }
 }
 
-TEST_CASE("the DMA wait bound: 0 (on the loop) by default, up to a minute", "[vnic][config]") {
+TEST_CASE("the DMA wait bound: 0 (on the loop) by default, 1000 ms for a NIC shared with --group, up to a minute",
+          "[vnic][config]") {
   auto args = good_arguments();
   CHECK(validate(args).config->dma_wait_ms == 0);
+  // Shared with a group's members: one of them must not stall it for the rest.
+  auto shared = args;
+  shared.group = "rdma";
+  CHECK(validate(shared).config->dma_wait_ms == rrdma::vnic::kSharedDmaWaitMilliseconds);
+  shared.dma_wait_given = true;
+  shared.dma_wait_ms = 0;  // asked for: the owner trusts every member's memory
+  CHECK(validate(shared).config->dma_wait_ms == 0);
+  args.dma_wait_given = true;
   args.dma_wait_ms = 60001;
   CHECK_THAT(refusal(args), Catch::Contains("--dma-wait-ms"));
   for (std::uint32_t milliseconds : {0u, 1u, 60000u}) {
