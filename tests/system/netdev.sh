@@ -164,6 +164,16 @@ VALUE=$(tr ' ' '\n' <"$TMPD/capture.out" | sed -n 's/^frames_written=//p')
 grep -q "RC Send" <<<"$(tshark -r "$TMPD/owner/rr0.pcap" 2>/dev/null)" || fail_case "tshark does not read RC sends in the owner's capture"
 grep -q "roce  RC SEND" "$TMPD/trace.out" || fail_case "trace as the owner: $(head -c 300 "$TMPD/trace.out")"
 run_pair write_bw ib_write_bw -d rr0 -x 0 -s 65536 -n 200 -- ib_write_bw -d rr1 -x 0 -s 65536 -n 200 "$IP_A"
+# Its WRITEs left rr1 in runs (UDP_SEGMENT) and, the veth passing runs whole, reached rr0 whole
+# (UDP_GRO), each datagram's ICRC checked on its own (docs/WIRE.md, "Runs").
+on_b "$RRDMA_VNIC" stats rr1 --json >"$TMPD/runs_b.json" || fail "stats rr1"
+counter "$TMPD/runs_b.json" daemon.tx_segment_runs
+(( COUNT >= 1 )) || fail_case "rr1 sent no run of datagrams (daemon.tx_segment_runs $COUNT)"
+on_a "$RRDMA_VNIC" stats rr0 --json >"$TMPD/runs_a.json" || fail "stats rr0"
+counter "$TMPD/runs_a.json" roce.rx_coalesced
+(( COUNT >= 1 )) || fail_case "rr0 received no run whole (roce.rx_coalesced $COUNT)"
+counter "$TMPD/runs_a.json" roce.rx_bad_icrc
+expect_eq "$COUNT" 0 "rr0's roce.rx_bad_icrc after runs"
 # The wire, during rping: tshark on A's veth; every RoCE frame of both sides must carry an
 # ICRC that verifies over the IPv4 packet and from the UDP payload alone, DF, source port
 # 4791 and an IPv4 ID that is its place in a UDP_SEGMENT run (0 alone) (rrdma_netdev_wire_check;
