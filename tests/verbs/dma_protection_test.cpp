@@ -253,6 +253,24 @@ Device open_device_of(TestClient& side, pid_t pid) {
   return d;
 }
 
+// A client of B's that is another process (`pid`, whose memory lies at `address`), with an
+// RC QP connected to a new QP of A's (`peer`) and the page at `address` registered writable.
+struct ClientInChild {
+  template <typename Pair>
+  ClientInChild(Pair& p, pid_t pid, std::uint64_t address)
+      : client(p.b.nic, 7, pid), device(open_device_of(client, pid)), qp(create_qp(client, device)),
+        peer(create_qp(p.a.user, p.da)) {
+    connect(client, *qp, kTestIpA, peer->qpn);
+    connect(p.a.user, *peer, kTestIpB, qp->qpn);
+    page = keys(reg_at(client, device.pd, address, kPage, kWritable));
+  }
+  TestClient client;
+  Device device;
+  std::unique_ptr<TestQp> qp;
+  std::unique_ptr<TestQp> peer;
+  Registration page;
+};
+
 }  // namespace
 
 // Issue 27 item 6: before, the daemon's loop made the call itself and waited as long as the
@@ -265,16 +283,11 @@ TEST_CASE("dma stall: memory that never answers stops its own client only, anoth
   }
   FuseBackedChild child(*fuse);
   ConnectedPair<StallSide> p;  // A's qa and B's qb, B's client being this process
-  TestClient stalling(p.b.nic, 7, child.pid());
-  const Device ds = open_device_of(stalling, child.pid());
-  const auto qs = create_qp(stalling, ds);
-  const auto qa2 = create_qp(p.a.user, p.da);
-  connect(stalling, *qs, kTestIpA, qa2->qpn);
-  connect(p.a.user, *qa2, kTestIpB, qs->qpn);
-  const Registration fuse_page = keys(reg_at(stalling, ds.pd, child.address(), kPage, kWritable));
+  ClientInChild stalling(p, child.pid(), child.address());
+  const auto& qa2 = stalling.peer;
 
   std::vector<std::uint8_t> source;
-  post_write_from_a(p, *qa2, source, child.address(), fuse_page.rkey);
+  post_write_from_a(p, *qa2, source, child.address(), stalling.page.rkey);
   // The loop had control back while the page was still being waited for.
   CHECK(fuse->reads_asked() >= 1);
   CHECK(fuse->reads_answered() == 0);
@@ -305,18 +318,13 @@ template <typename Side>
 void write_into_an_exited_client_goes_unanswered() {
   ConnectedPair<Side> p;
   test::Child child(9);
-  TestClient dying(p.b.nic, 7, child.pid());
-  const Device dd = open_device_of(dying, child.pid());
-  const auto qd = create_qp(dying, dd);
-  const auto qa2 = create_qp(p.a.user, p.da);
-  connect(dying, *qd, kTestIpA, qa2->qpn);
-  connect(p.a.user, *qa2, kTestIpB, qd->qpn);
-  const Registration page = keys(reg_at(dying, dd.pd, child.address(), kPage, kWritable));
+  ClientInChild dying(p, child.pid(), child.address());
+  const auto& qa2 = dying.peer;
   child.kill();
   child.reap();
 
   std::vector<std::uint8_t> source;
-  post_write_from_a(p, *qa2, source, child.address(), page.rkey);
+  post_write_from_a(p, *qa2, source, child.address(), dying.page.rkey);
   CHECK(qa2->poll().empty());  // neither NAK nor ACK: the requester waits for the DREQ
   CHECK(p.b.nic.engine_counters().naks_sent == 0);
   CHECK(p.a.nic.engine_counters().naks_received == 0);
