@@ -961,25 +961,33 @@ TEST_CASE("cm: SIDR at 30% MAD loss finishes by retries", "[cm][sidr][loss]") {
   }
 }
 
-TEST_CASE("cm: a REP from a QP that a live connection has as its peer gets REJ 10, the old connection a DREQ", "[cm]") {
-  Recorder wire;
-  ConnectionManager a(config(kGuidA, kAddressA, 7), wire, wire);
-  const auto rep_from = [](CommId local, CommId remote) {
-    return CmMessage{.transaction_id = 0x66,
-                     .body = Rep{.local_comm_id = local,
-                                 .remote_comm_id = remote,
-                                 .local_qpn = Qpn{0x22},
-                                 .starting_psn = Psn{5},
-                                 .local_ca_guid = kGuidB}};
-  };
-  ConnectionId first, second;
+// A REP from B's QP 0x22 (GUID kGuidB), answering A's connection `remote`.
+CmMessage rep_from_qp22(CommId local, ConnectionId remote) {
+  return CmMessage{.transaction_id = 0x66,
+                   .body = Rep{.local_comm_id = local,
+                               .remote_comm_id = remote,
+                               .local_qpn = Qpn{0x22},
+                               .starting_psn = Psn{5},
+                               .local_ca_guid = kGuidB}};
+}
+
+// A's connection `first` established with B's QP 0x22, then a second REQ (`second`) sent:
+// the REP that answers it from the same QP makes `first` stale.
+void establish_then_connect_again(ConnectionManager& a, ConnectionId& first, ConnectionId& second) {
   REQUIRE(a.connect(connect_params(), at_ms(0), first) == CmResult::ok);
-  a.receive(kAddressB, rep_from(CommId{0x5000}, first), at_ms(1));
+  a.receive(kAddressB, rep_from_qp22(CommId{0x5000}, first), at_ms(1));
   REQUIRE(a.accept(first, AcceptParams{}, at_ms(2)) == CmResult::ok);
   REQUIRE(a.state(first) == CmState::Established);
   REQUIRE(a.connect(connect_params(), at_ms(3), second) == CmResult::ok);
+}
+
+TEST_CASE("cm: a REP from a QP that a live connection has as its peer gets REJ 10, the old connection a DREQ", "[cm]") {
+  Recorder wire;
+  ConnectionManager a(config(kGuidA, kAddressA, 7), wire, wire);
+  ConnectionId first, second;
+  establish_then_connect_again(a, first, second);
   wire.sent.clear();
-  a.receive(kAddressB, rep_from(CommId{0x6000}, second), at_ms(4));
+  a.receive(kAddressB, rep_from_qp22(CommId{0x6000}, second), at_ms(4));
   REQUIRE(wire.sent.size() == 2);
   const CmMessage rej = wire.sent[0].parsed();
   CHECK(std::get<Rej>(rej.body).reason == RejectReason::StaleConnection);
@@ -1027,21 +1035,10 @@ TEST_CASE("cm: a stale-connection REP from another address leaves the live conne
   const stack::Ipv4Address forger{0x0A420063};
   Recorder wire;
   ConnectionManager a(config(kGuidA, kAddressA, 7), wire, wire);
-  const auto rep_from = [](CommId local, CommId remote) {
-    return CmMessage{.transaction_id = 0x66,
-                     .body = Rep{.local_comm_id = local,
-                                 .remote_comm_id = remote,
-                                 .local_qpn = Qpn{0x22},
-                                 .starting_psn = Psn{5},
-                                 .local_ca_guid = kGuidB}};
-  };
   ConnectionId first, second;
-  REQUIRE(a.connect(connect_params(), at_ms(0), first) == CmResult::ok);
-  a.receive(kAddressB, rep_from(CommId{0x5000}, first), at_ms(1));
-  REQUIRE(a.accept(first, AcceptParams{}, at_ms(2)) == CmResult::ok);
-  REQUIRE(a.connect(connect_params(), at_ms(3), second) == CmResult::ok);
+  establish_then_connect_again(a, first, second);
   wire.sent.clear();
-  a.receive(forger, rep_from(CommId{0x6000}, second), at_ms(4));
+  a.receive(forger, rep_from_qp22(CommId{0x6000}, second), at_ms(4));
   REQUIRE(wire.sent.size() == 1);
   CHECK(std::get<Rej>(wire.sent[0].parsed().body).reason == RejectReason::StaleConnection);
   CHECK(a.state(first) == CmState::Established);
