@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/alarm_ticks.h"
 #include "verbs/app/client.h"
 
 using namespace rrdma;
@@ -563,31 +564,9 @@ namespace {
 void ignore_alarm(int) {}
 
 // SIGALRM without SA_RESTART, sent to the calling thread every 2 ms while in scope.
-class AlarmTicks {
+class AlarmTicks : public rrdma::test::AlarmTicks {
  public:
-  AlarmTicks() {
-    struct sigaction action {};
-    action.sa_handler = ignore_alarm;
-    sigemptyset(&action.sa_mask);
-    REQUIRE(::sigaction(SIGALRM, &action, &previous_) == 0);
-    sigevent to_me{};
-    to_me.sigev_notify = SIGEV_THREAD_ID;
-    to_me.sigev_signo = SIGALRM;
-    to_me._sigev_un._tid = ::gettid();
-    REQUIRE(::timer_create(CLOCK_MONOTONIC, &to_me, &timer_) == 0);
-    const itimerspec every{{0, 2'000'000}, {0, 2'000'000}};
-    REQUIRE(::timer_settime(timer_, 0, &every, nullptr) == 0);
-  }
-  ~AlarmTicks() {
-    ::timer_delete(timer_);  // a tick sent before is delivered as it returns, to our handler
-    ::sigaction(SIGALRM, &previous_, nullptr);
-  }
-  AlarmTicks(const AlarmTicks&) = delete;
-  AlarmTicks& operator=(const AlarmTicks&) = delete;
-
- private:
-  struct sigaction previous_ {};
-  timer_t timer_{};
+  AlarmTicks() : rrdma::test::AlarmTicks(0, ignore_alarm) {}
 };
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/alarm_ticks.h"
 #include "verbs/app/api.h"
 #include "verbs/app/client.h"
 
@@ -841,37 +842,10 @@ namespace {
 std::atomic<int> g_alarm_ticks{0};
 void count_alarm(int) { g_alarm_ticks.fetch_add(1, std::memory_order_relaxed); }
 
-// SIGALRM with `flags`, sent to the calling thread every 2 ms while in scope. A tick that
-// comes before the thread is asleep only runs the handler; one of the next finds it asleep,
-// however loaded the machine is.
-class AlarmTicks {
+// SIGALRM every 2 ms, counted by count_alarm unless a test gives another handler.
+class AlarmTicks : public rrdma::test::AlarmTicks {
  public:
-  explicit AlarmTicks(int flags, void (*handler)(int) = count_alarm) {
-    struct sigaction action {};
-    action.sa_handler = handler;
-    action.sa_flags = flags;
-    sigemptyset(&action.sa_mask);
-    REQUIRE(::sigaction(SIGALRM, &action, &previous_) == 0);
-    sigevent to_me{};
-    to_me.sigev_notify = SIGEV_THREAD_ID;
-    to_me.sigev_signo = SIGALRM;
-    to_me._sigev_un._tid = ::gettid();
-    REQUIRE(::timer_create(CLOCK_MONOTONIC, &to_me, &timer_) == 0);
-    const itimerspec every{{0, 2'000'000}, {0, 2'000'000}};
-    REQUIRE(::timer_settime(timer_, 0, &every, nullptr) == 0);
-  }
-  // A tick the timer sent before it was deleted is delivered as timer_delete returns, to
-  // our handler still.
-  ~AlarmTicks() {
-    ::timer_delete(timer_);
-    ::sigaction(SIGALRM, &previous_, nullptr);
-  }
-  AlarmTicks(const AlarmTicks&) = delete;
-  AlarmTicks& operator=(const AlarmTicks&) = delete;
-
- private:
-  struct sigaction previous_ {};
-  timer_t timer_{};
+  explicit AlarmTicks(int flags, void (*handler)(int) = count_alarm) : rrdma::test::AlarmTicks(flags, handler) {}
 };
 
 // Runs `act` on its own thread once `ready()` holds, or after `limit` at the latest; joined
