@@ -239,7 +239,8 @@ void Engine::Impl::flush_send_queue(Qp& qp) {
   r.next_send = 0;
   r.rd_atomic_in_flight = 0;
   r.comp_psn = r.high_psn = r.next_psn;
-  r.retransmit_deadline.reset();
+  stop_requester_timer(r);
+  r.rtt_probe.reset();
   r.rnr_deadline.reset();
   r.rnr_resume_psn.reset();
 }
