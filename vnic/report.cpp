@@ -139,7 +139,6 @@ NamedCounters named(const rocev2::EngineCounters& c) {
           {"read_streams_restarted", c.read_streams_restarted},
           {"requests_dropped_behind_read", c.requests_dropped_behind_read},
           {"transmit_budget_cuts", c.transmit_budget_cuts},
-          {"recovery_resends", c.recovery_resends},
           {"transmit_room_waits", c.transmit_room_waits},
           {"read_pace_cuts", c.read_pace_cuts}};
 }

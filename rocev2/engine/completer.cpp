@@ -102,13 +102,7 @@ void Engine::Impl::after_progress(Qp& qp, Instant now) {
     }
   }
   // During an RNR wait the RNR timer alone decides when to send again.
-  if (r.rtt_probe && r.rtt_probe->psn.before(r.comp_psn)) {
-    r.rtt.sample(now - r.rtt_probe->sent);
-    r.rtt_probe.reset();
-  } else {
-    r.rtt.progress();
-  }
-  if (r.comp_psn == r.high_psn || r.rnr_deadline) stop_requester_timer(r);
+  if (r.comp_psn == r.high_psn || r.rnr_deadline) r.retransmit_deadline.reset();
   else restart_ack_timer(qp, now);
 }
 
@@ -210,7 +204,7 @@ void Engine::Impl::on_rnr_nak(Qp& qp, const TransportPacket& p, Instant now) {
   if (qp.attr.rnr_retry != 7) --r.rnr_retries_left;
   r.rnr_deadline = now + rnr_delay(syndrome_value(p.aeth->syndrome));
   r.rnr_resume_psn = p.bth.psn;
-  stop_requester_timer(r);
+  r.retransmit_deadline.reset();
 }
 
 namespace {

@@ -239,8 +239,7 @@ void Engine::Impl::flush_send_queue(Qp& qp) {
   r.next_send = 0;
   r.rd_atomic_in_flight = 0;
   r.comp_psn = r.high_psn = r.next_psn;
-  stop_requester_timer(r);
-  r.rtt_probe.reset();
+  r.retransmit_deadline.reset();
   r.rnr_deadline.reset();
   r.rnr_resume_psn.reset();
 }

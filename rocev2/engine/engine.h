@@ -70,7 +70,6 @@ struct EngineCounters {
   std::uint64_t rnr_naks_received = 0;
   std::uint64_t retransmits = 0;
   std::uint64_t timeouts = 0;
-  std::uint64_t recovery_resends = 0;  // go back N after a recovery timeout, before the ACK timeout (rtt.h)
   std::uint64_t ghost_responses = 0;   // responses / ACKs for nothing outstanding
   std::uint64_t qkey_mismatch = 0;
   std::uint64_t uc_messages_dropped = 0;

@@ -264,14 +264,7 @@ class Engine::Impl {
   void retransmit_from(Qp& qp, Psn psn, Instant now, std::string_view reason);
   void on_timeout(Qp& qp, Instant now);
   void on_rnr_wait_over(Qp& qp, Instant now);
-  // The local ACK timeout from now, and the requester's timer at it or, sooner, at the
-  // recovery timeout (rtt.h).
   void restart_ack_timer(Qp& qp, Instant now);
-  void arm_requester_timer(Qp& qp, Instant now);
-  static void stop_requester_timer(Requester& r);
-  // The recovery timeout expired before the local ACK timeout: resend from the oldest
-  // unacknowledged PSN, no retry spent, the ACK timeout where it was.
-  void recover(Qp& qp, Instant now);
   void report_drained(Qp& qp);
 
   // completer.cpp

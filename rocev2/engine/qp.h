@@ -14,7 +14,6 @@
 #include "rocev2/engine/engine.h"
 #include "rocev2/engine/memory.h"
 #include "rocev2/engine/pacer.h"
-#include "rocev2/engine/rtt.h"
 #include "rocev2/engine/timers.h"
 
 namespace rrdma::rocev2 {
@@ -56,16 +55,7 @@ struct Requester {
   bool force_ack_req = false;          // the next packet asks for an ACK (pump: window full)
   std::uint8_t retries_left = 7;
   std::uint8_t rnr_retries_left = 7;
-  // The next timer of the requester (in the engine's TimerQueue): the local ACK timeout
-  // (ack_deadline) or, sooner, the recovery timeout (rtt.h).
-  Deadline retransmit_deadline;
-  std::optional<Instant> ack_deadline;  // the local ACK timeout (IBA ch. 9)
-  RttEstimator rtt;
-  struct RttProbe {
-    Psn psn;
-    Instant sent;
-  };
-  std::optional<RttProbe> rtt_probe;   // a packet sent once, whose ACK times the round trip
+  Deadline retransmit_deadline;        // the local ACK timeout (in the engine's TimerQueue)
   Deadline rnr_deadline;               // the end of an RNR wait (likewise)
   std::optional<Psn> rnr_resume_psn;   // where to resume when the RNR wait ends
   std::optional<Psn> gap_retry_psn;    // a read-response gap already retried from here

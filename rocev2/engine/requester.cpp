@@ -211,8 +211,6 @@ bool Engine::Impl::send_next_packet(Qp& qp, SendWqe& w, Instant now) {
   emit(qp, to, p, retransmission ? PacketDecision::Retransmitted : PacketDecision::Sent,
        retransmission ? r.retransmit_reason : opcode_info(p.bth.opcode).name);
   if (retransmission) ++counters_.retransmits;
-  // Karn's rule: only a packet sent once times a round trip.
-  if (qp.type == QpType::Rc && !retransmission && !r.rtt_probe) r.rtt_probe = Requester::RttProbe{p.bth.psn, now};
   if (qp.type == QpType::Rc && !r.retransmit_deadline) restart_ack_timer(qp, now);
   return true;
 }
@@ -406,7 +404,6 @@ void Engine::Impl::retransmit_from(Qp& qp, Psn psn, Instant now, std::string_vie
   r.next_send = i;
   r.next_psn = psn;
   r.retransmit_reason = reason;
-  r.rtt_probe.reset();
   restart_ack_timer(qp, now);
   pump(qp, now);
 }
@@ -422,15 +419,7 @@ void Engine::Impl::retransmit_from(Qp& qp, Psn psn, Instant now, std::string_vie
 void Engine::Impl::on_timeout(Qp& qp, Instant now) {
   Requester& r = qp.req;
   r.retransmit_deadline.reset();
-  if (r.comp_psn == r.high_psn || r.sq.empty()) {
-    r.ack_deadline.reset();
-    return;
-  }
-  if (r.ack_deadline && now < *r.ack_deadline) {
-    recover(qp, now);
-    return;
-  }
-  r.ack_deadline.reset();
+  if (r.comp_psn == r.high_psn || r.sq.empty()) return;
   ++counters_.timeouts;
   if (std::exchange(r.read_response_heard, false)) {
     restart_ack_timer(qp, now);
@@ -458,35 +447,10 @@ void Engine::Impl::on_rnr_wait_over(Qp& qp, Instant now) {
   else pump(qp, now);
 }
 
-void Engine::Impl::recover(Qp& qp, Instant now) {
-  Requester& r = qp.req;
-  ++counters_.recovery_resends;
-  r.rtt.backoff();
-  const std::optional<Instant> ack_deadline = r.ack_deadline;
-  retransmit_from(qp, r.comp_psn, now, "recovery timeout");
-  r.ack_deadline = ack_deadline;
-  arm_requester_timer(qp, now);
-}
-
 void Engine::Impl::restart_ack_timer(Qp& qp, Instant now) {
   const std::optional<Duration> t = ack_timeout(qp.attr.timeout);
-  qp.req.ack_deadline = t ? std::optional<Instant>(now + *t) : std::nullopt;
-  arm_requester_timer(qp, now);
-}
-
-void Engine::Impl::arm_requester_timer(Qp& qp, Instant now) {
-  Requester& r = qp.req;
-  std::optional<Instant> at = r.ack_deadline;
-  if (const std::optional<Duration> recovery = r.rtt.recovery_timeout(); recovery && (!at || now + *recovery < *at)) {
-    at = now + *recovery;
-  }
-  if (at) r.retransmit_deadline = *at;
-  else r.retransmit_deadline.reset();
-}
-
-void Engine::Impl::stop_requester_timer(Requester& r) {
-  r.retransmit_deadline.reset();
-  r.ack_deadline.reset();
+  if (t) qp.req.retransmit_deadline = now + *t;
+  else qp.req.retransmit_deadline.reset();
 }
 
 // IBA ch. 10 (SQD state): in SQD, once nothing is outstanding, the QP reports "send queue drained".
