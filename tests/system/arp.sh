@@ -8,13 +8,8 @@ init_test a
 require_system
 [[ -x "${RRDMA_FRAME_SENDER:-}" ]] || fail "RRDMA_FRAME_SENDER is not set"
 
-BR="${PREFIX}b"
-VNIC="${PREFIX}v"
-VNIC_IP="$NET.10"
 VNIC_MAC=$(mac_for 1)
-NS="${PREFIX}-a"
-make_bridge "$BR"
-make_peer "$NS" "$BR" "${PREFIX}ha" "${PREFIX}na" "$NET.20/24"
+peer_scene
 # arp_accept=1: the namespace creates neighbour entries from gratuitous ARP.
 ip netns exec "$NS" sh -c "echo 1 > /proc/sys/net/ipv4/conf/all/arp_accept; \
                            echo 1 > /proc/sys/net/ipv4/conf/${PREFIX}na/arp_accept" ||

@@ -6,12 +6,7 @@ source "$(dirname "$0")/lib.sh"
 init_test j
 require_system
 
-BR="${PREFIX}b"
-VNIC="${PREFIX}v"
-VNIC_IP="$NET.10"
-NS="${PREFIX}-a"
-make_bridge "$BR"
-make_peer "$NS" "$BR" "${PREFIX}ha" "${PREFIX}na" "$NET.20/24"
+peer_scene
 host ip link set "${PREFIX}ha" mtu 9000 || fail "cannot set MTU 9000 on ${PREFIX}ha"
 ip -n "$NS" link set "${PREFIX}na" mtu 9000 || fail "cannot set MTU 9000 in $NS"
 

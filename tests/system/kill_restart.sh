@@ -6,12 +6,7 @@ source "$(dirname "$0")/lib.sh"
 init_test k
 require_system
 
-BR="${PREFIX}b"
-VNIC="${PREFIX}v"
-VNIC_IP="$NET.10"
-NS="${PREFIX}-a"
-make_bridge "$BR"
-make_peer "$NS" "$BR" "${PREFIX}ha" "${PREFIX}na" "$NET.20/24"
+peer_scene
 
 vnic_up "$VNIC" --ip "$VNIC_IP/24" --mac "$(mac_for 1)" --bridge "$BR"
 wait_reachable "$NS" "$VNIC_IP"

@@ -253,6 +253,18 @@ make_peer() {
   ip -n "$ns" link set "$pveth" up || fail "cannot bring up $pveth in $ns"
 }
 
+# peer_scene: where most one-vnic tests start: bridge $BR and namespace $NS, whose one veth
+# has $NET.20/24 on it; VNIC and VNIC_IP ($NET.10) name the vnic, which each test brings up
+# itself with the options it is about.
+peer_scene() {
+  BR="${PREFIX}b"
+  VNIC="${PREFIX}v"
+  VNIC_IP="$NET.10"
+  NS="${PREFIX}-a"
+  make_bridge "$BR"
+  make_peer "$NS" "$BR" "${PREFIX}ha" "${PREFIX}na" "$NET.20/24"
+}
+
 peer_mac() {  # peer_mac NETNS IFACE
   ip -n "$1" -br link show "$2" | awk '{print $3}'
 }

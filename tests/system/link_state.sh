@@ -11,12 +11,7 @@ for program in ibv_devinfo ibv_asyncwatch stdbuf; do
   command -v "$program" >/dev/null || skip "no '$program' (ibverbs-utils, coreutils)"
 done
 
-BR="${PREFIX}b"
-VNIC="${PREFIX}v"
-VNIC_IP="$NET.10"
-NS="${PREFIX}-a"
-make_bridge "$BR"
-make_peer "$NS" "$BR" "${PREFIX}ha" "${PREFIX}na" "$NET.20/24"
+peer_scene
 vnic_up "$VNIC" --ip "$VNIC_IP/24" --bridge "$BR"
 wait_reachable "$NS" "$VNIC_IP"
 

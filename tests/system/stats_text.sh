@@ -11,12 +11,7 @@ source "$(dirname "$0")/lib.sh"
 init_test st
 require_system
 
-BR="${PREFIX}b"
-VNIC="${PREFIX}v"
-VNIC_IP="$NET.10"
-NS="${PREFIX}-a"
-make_bridge "$BR"
-make_peer "$NS" "$BR" "${PREFIX}ha" "${PREFIX}na" "$NET.20/24"
+peer_scene
 vnic_up "$VNIC" --ip "$VNIC_IP/24" --bridge "$BR"
 wait_reachable "$NS" "$VNIC_IP"
 ping_all "$NS" 3 "$VNIC_IP"

@@ -8,10 +8,6 @@ init_test u
 require_system
 [[ -x "${RRDMA_UDP_PROBE:-}" ]] || fail "RRDMA_UDP_PROBE is not set"
 
-BR="${PREFIX}b"
-VNIC="${PREFIX}v"
-VNIC_IP="$NET.10"
-NS="${PREFIX}-a"
 CLOSED_PORT=9
 BURST=40
 
@@ -24,8 +20,7 @@ ns_icmp_counter() {
   [[ "$COUNT" =~ ^[0-9]+$ ]] || fail "no Icmp $2 in /proc/net/snmp of $1"
 }
 
-make_bridge "$BR"
-make_peer "$NS" "$BR" "${PREFIX}ha" "${PREFIX}na" "$NET.20/24"
+peer_scene
 vnic_up "$VNIC" --ip "$VNIC_IP/24" --bridge "$BR"
 wait_reachable "$NS" "$VNIC_IP"
 
