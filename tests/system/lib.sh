@@ -225,6 +225,26 @@ use_private_host() {
   return 0
 }
 
+# drop_roce_on_bridge PERCENT: nftables drops PERCENT % of the UDP 4791 frames (RoCE, the
+# CM's MADs included) that $BR forwards, at random (numgen: tc netem does not exist here);
+# roce_frames_dropped prints how many it has dropped so far. In the host's namespace: the
+# test's private one when it called use_private_host, where the table goes with it.
+drop_roce_on_bridge() {
+  log "nftables: drop $1% of UDP 4791 frames forwarded by $BR"
+  host nft -f - <<NFT || fail "cannot load the nftables rule"
+table bridge rrdma_loss {
+  chain forward {
+    type filter hook forward priority 0; policy accept;
+    ether type ip udp dport 4791 numgen random mod 100 < $1 counter drop
+  }
+}
+NFT
+}
+
+roce_frames_dropped() {
+  host nft list table bridge rrdma_loss | sed -nE 's/.*counter packets ([0-9]+).*/\1/p'
+}
+
 # make_bridge NAME
 make_bridge() {
   register_link "$1"

@@ -30,15 +30,7 @@ A=$VNIC_A_IP
 CM_READY_SECONDS=60
 
 LOSS_PERCENT=${RRDMA_LOSS_PERCENT:-5}
-log "nftables: drop $LOSS_PERCENT% of UDP 4791 frames forwarded by $BR"
-host nft -f - <<NFT || fail "cannot load the nftables rule"
-table bridge rrdma_loss {
-  chain forward {
-    type filter hook forward priority 0; policy accept;
-    ether type ip udp dport 4791 numgen random mod 100 < $LOSS_PERCENT counter drop
-  }
-}
-NFT
+drop_roce_on_bridge "$LOSS_PERCENT"
 
 stats_snapshot "$VNIC_A" "$TMPD/a0.json"
 stats_snapshot "$VNIC_B" "$TMPD/b0.json"
@@ -79,7 +71,7 @@ for side in a b; do
     log "vnic ${side^^} $layer: $(tr '\n' ' ' <<<"$VALUE" | tr -s ' ')"
   done
 done
-dropped=$(host nft list table bridge rrdma_loss | sed -nE 's/.*counter packets ([0-9]+).*/\1/p')
+dropped=$(roce_frames_dropped)
 log "nftables dropped ${dropped:-?} RoCE frames (MADs included)"
 expect_ge "${dropped:-x}" 1 "frames dropped by the nftables rule"
 # Both vnics are requesters here (rping's server READs and WRITEs, its client SENDs): the

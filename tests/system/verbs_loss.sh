@@ -20,15 +20,7 @@ verbs_scene
 KEEP_GOING=1
 
 LOSS_PERCENT=${RRDMA_LOSS_PERCENT:-5}
-log "nftables: drop $LOSS_PERCENT% of UDP 4791 frames forwarded by $BR"
-host nft -f - <<NFT || fail "cannot load the nftables rule"
-table bridge rrdma_loss {
-  chain forward {
-    type filter hook forward priority 0; policy accept;
-    ether type ip udp dport 4791 numgen random mod 100 < $LOSS_PERCENT counter drop
-  }
-}
-NFT
+drop_roce_on_bridge "$LOSS_PERCENT"
 
 # The API's ACK timeout, 14 (~67 ms). It was 18 (~1 s) while the responder answered each
 # request for the rest of an 8 MiB READ with the whole rest, behind the bursts still queued
@@ -54,7 +46,7 @@ for side in a b; do
   done
   log "vnic ${side^^} engine:$line"
 done
-dropped=$(host nft list table bridge rrdma_loss | sed -nE 's/.*counter packets ([0-9]+).*/\1/p')
+dropped=$(roce_frames_dropped)
 log "nftables dropped ${dropped:-?} RoCE frames"
 expect_ge "${dropped:-x}" 1 "frames dropped by the nftables rule"
 log "the requesters retransmitted (vnic B: every case's requester; vnic A: nothing to send but responses)"
