@@ -13,17 +13,12 @@ require_system
 [[ -x "${RRDMA_FRAME_SENDER:-}" ]] || fail "RRDMA_FRAME_SENDER is not set"
 use_private_host
 
-BR="${PREFIX}b"
-VNIC="${PREFIX}v"
-VNIC_IP="$NET.10"
 VNIC_MAC=$(mac_for 1)
-NS="${PREFIX}-a"
-PEER_IP="$NET.20"
+PEER_IP="$NET.20"  # the namespace's address (peer_scene)
 UNUSED_IP="$NET.99"
 N=25
 
-make_bridge "$BR"
-make_peer "$NS" "$BR" "${PREFIX}ha" "${PREFIX}na" "$PEER_IP/24"
+peer_scene
 vnic_up "$VNIC" --ip "$VNIC_IP/24" --mac "$VNIC_MAC" --bridge "$BR"
 wait_reachable "$NS" "$VNIC_IP"
 
