@@ -566,7 +566,7 @@ void ignore_alarm(int) {}
 // SIGALRM without SA_RESTART, sent to the calling thread every 2 ms while in scope.
 class AlarmTicks : public rrdma::test::AlarmTicks {
  public:
-  AlarmTicks() : rrdma::test::AlarmTicks(0, ignore_alarm) {}
+  AlarmTicks() : rrdma::test::AlarmTicks(0, ignore_alarm) { REQUIRE(armed()); }
 };
 
 }  // namespace

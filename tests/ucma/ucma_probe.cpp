@@ -26,6 +26,7 @@
 #include <string_view>
 #include <thread>
 
+#include "tests/alarm_ticks.h"
 #include "tests/ucma/ucma_probe.h"
 
 namespace {
@@ -226,31 +227,14 @@ void check_daemon_death() {
   CHECK(::close(fd) == 0);
 }
 
-// SIGALRM with `flags`, sent to the calling thread every 2 ms while in scope: a tick that
-// comes before the thread sleeps only runs the handler, one of the next finds it asleep.
+// SIGALRM with `flags`, sent to the calling thread every 2 ms while in scope, counted
+// (tests/alarm_ticks.h).
 std::atomic<int> g_ticks{0};
 void count_tick(int) { g_ticks.fetch_add(1, std::memory_order_relaxed); }
 
-class AlarmTicks {
+class AlarmTicks : public rrdma::test::AlarmTicks {
  public:
-  explicit AlarmTicks(int flags) {
-    struct sigaction action {};
-    action.sa_handler = count_tick;
-    action.sa_flags = flags;
-    sigemptyset(&action.sa_mask);
-    CHECK(::sigaction(SIGALRM, &action, nullptr) == 0);
-    sigevent to_me{};
-    to_me.sigev_notify = SIGEV_THREAD_ID;
-    to_me.sigev_signo = SIGALRM;
-    to_me._sigev_un._tid = ::gettid();
-    CHECK(::timer_create(CLOCK_MONOTONIC, &to_me, &timer_) == 0);
-    const itimerspec every{{0, 2'000'000}, {0, 2'000'000}};
-    CHECK(::timer_settime(timer_, 0, &every, nullptr) == 0);
-  }
-  ~AlarmTicks() { ::timer_delete(timer_); }  // the handler stays: a late tick only counts
-
- private:
-  timer_t timer_{};
+  explicit AlarmTicks(int flags) : rrdma::test::AlarmTicks(flags, count_tick) { CHECK(armed()); }
 };
 
 // GET_EVENT sleeps in the kernel's write() of the channel (ucma_get_event), which a signal

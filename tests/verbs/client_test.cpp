@@ -845,7 +845,9 @@ void count_alarm(int) { g_alarm_ticks.fetch_add(1, std::memory_order_relaxed); }
 // SIGALRM every 2 ms, counted by count_alarm unless a test gives another handler.
 class AlarmTicks : public rrdma::test::AlarmTicks {
  public:
-  explicit AlarmTicks(int flags, void (*handler)(int) = count_alarm) : rrdma::test::AlarmTicks(flags, handler) {}
+  explicit AlarmTicks(int flags, void (*handler)(int) = count_alarm) : rrdma::test::AlarmTicks(flags, handler) {
+    REQUIRE(armed());
+  }
 };
 
 // Runs `act` on its own thread once `ready()` holds, or after `limit` at the latest; joined
